@@ -1,0 +1,1 @@
+"""Engines: one small protocol, several implementations (sglang HTTP, local transformers, scripted)."""
