@@ -1,0 +1,1 @@
+"""Compilers: static checks, lowering to a frozen plan, and compile targets (slime)."""

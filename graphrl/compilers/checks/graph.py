@@ -1,0 +1,98 @@
+"""Graph-shape checks: unknown targets, reachability, paths to the end, loop bounds, defaults, names.
+
+Input: `Graph` + its `Flow`. Output: diagnostics (E101-E106). Pure; uses networkx for every analysis.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import networkx as nx
+
+from ...spec.diagnostics import Diagnostic, did_you_mean
+from ...spec.load import Graph
+from ...spec.model import TERMINALS, SwitchNode
+from ..flow import Flow
+
+RESERVED = frozenset({"end", "abort", "row", "visit", "visits", "output", "threads", "loop", "item"})
+
+
+def unknown_targets(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
+    known = set(g.nodes) | set(TERMINALS)
+    for r in flow.refs:
+        if r.target not in known:
+            hint = did_you_mean(r.target, known) or f"known nodes: {', '.join(g.nodes)}; or end / abort"
+            what = "start node" if r.label == "start" else "edge target"
+            yield Diagnostic("E101", f"{what} '{r.target}' is not a node", g.span(*r.path), hint)
+
+
+def unreachable(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
+    if flow.start not in g.nodes:
+        return
+    seen = nx.descendants(flow.graph, flow.start) | {flow.start}
+    for nid in g.nodes:
+        if nid not in seen:
+            yield Diagnostic("E102", f"node '{nid}' is unreachable from the start node '{flow.start}'",
+                             g.span("nodes", nid, key=True), "add an edge to it, or remove it")
+
+
+def no_path_to_end(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
+    finishing = set().union(*(nx.ancestors(flow.graph, t) for t in TERMINALS))
+    for nid in g.nodes:
+        if nid not in finishing:
+            yield Diagnostic("E103", f"from node '{nid}' no path leads to the end",
+                             g.span("nodes", nid, key=True),
+                             "give one of the nodes on its loop a branch to a node that finishes (or to end)")
+
+
+def unbounded_loops(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
+    if g.spec.limits.max_steps is not None:
+        return
+    unbounded = [n for n in g.nodes if g.nodes[n].max_visits is None]
+    sub = flow.graph.subgraph(unbounded)
+    for comp in sorted(nx.strongly_connected_components(sub), key=lambda c: sorted(c)):
+        first = sorted(comp, key=list(g.nodes).index)[0]
+        if len(comp) == 1 and not sub.has_edge(first, first):
+            continue
+        cycle = [u for u, _ in nx.find_cycle(sub.subgraph(comp), source=first)]
+        path = " -> ".join(cycle + [cycle[0]])
+        yield Diagnostic("E104", f"loop {path} has no bound", g.span("nodes", first, key=True),
+                         f"add max_visits (and on_limit) to a node of the loop, e.g. '{first}', "
+                         "or set limits.max_steps")
+
+
+def missing_defaults(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
+    for nid, n in g.nodes.items():
+        if isinstance(n, SwitchNode):
+            if n.default is None:
+                yield Diagnostic("E105", f"switch '{nid}' has no default", g.span("nodes", nid, "switch"),
+                                 "add 'default: <node>' for values no case matches")
+            continue
+        branches = n.next or []
+        defaults = [i for i, b in enumerate(branches) if b.when is None]
+        if branches and not defaults:
+            yield Diagnostic("E105", f"the branches of '{nid}' have no default",
+                             g.span("nodes", nid, "next", len(branches) - 1),
+                             "end the list with a branch without 'when:' (e.g. '- goto: end')")
+        elif defaults and defaults[0] != len(branches) - 1:
+            yield Diagnostic("E105", f"the branches after the default of '{nid}' are never taken",
+                             g.span("nodes", nid, "next", defaults[0] + 1),
+                             "put the branch without 'when:' last")
+
+
+def names(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
+    owners: dict[str, str] = {}
+    for section in ("inputs", "state", "nodes"):
+        for name in getattr(g.spec, section) if section != "nodes" else g.nodes:
+            path = (section, name)
+            if name in RESERVED:
+                yield Diagnostic("E106", f"'{name}' is a reserved name", g.span(*path, key=True),
+                                 f"rename it; reserved: {', '.join(sorted(RESERVED))}")
+            elif name in owners:
+                yield Diagnostic("E106", f"'{name}' is both {owners[name]} and {_WHAT[section]}",
+                                 g.span(*path, key=True), "templates see inputs, state and nodes in one namespace: rename one")
+            else:
+                owners[name] = _WHAT[section]
+
+
+_WHAT = {"inputs": "an input", "state": "a state variable", "nodes": "a node"}

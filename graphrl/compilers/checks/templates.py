@@ -1,0 +1,115 @@
+"""Template and expression checks: syntax, unbound names, unknown parsed fields.
+
+Input: `Graph` + `Flow`. Output: diagnostics E201-E204, located in the template file (file
+templates) or in the YAML string (inline templates), at the template's own line.
+
+Scope rules (the runtime binds exactly these names): inputs, state, `row`, `visits`, `threads`
+everywhere; node results of *upstream* nodes (nodes with a path to this one, itself included when
+it is on a loop); in a node's own sites `visit`, and its foreach variable + `loop`; `output` only
+where the node has run (update, next, append_to); in `inputs.*.from` only the row's fields.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import networkx as nx
+from jinja2.exceptions import TemplateSyntaxError
+
+from ...spec.diagnostics import Diagnostic, did_you_mean
+from ...spec.jinja import attribute_refs, make_env, parse_expression, parse_template
+from ...spec.load import Graph, Site
+from ...spec.model import LLMNode, ToolNode
+from ..flow import Flow
+
+GLOBALS = frozenset({"row", "visits", "threads"})
+ROW_FIELDS = frozenset({"prompt", "label", "metadata", "row"})
+AFTER_RUN = ("update", "next", "append_to")
+LLM_RESULT = frozenset({"text", "ok", "model", "finish_reason"})
+TOOL_RESULT = frozenset({"text", "ok", "error"})
+
+
+def result_fields(node) -> frozenset[str] | None:
+    """Fields of a node's result, or None when unknown (custom parser or user tool)."""
+    if isinstance(node, LLMNode):
+        if node.parse is None:
+            return LLM_RESULT
+        extra = node.parse.produced_fields()
+        return None if extra is None else LLM_RESULT | extra
+    if isinstance(node, ToolNode):
+        return TOOL_RESULT if ":" not in node.tool else None
+    return frozenset()
+
+
+def _bound(g: Graph, flow: Flow, site: Site, env_globals: frozenset[str]) -> set[str]:
+    if site.path[0] == "inputs":
+        return set(ROW_FIELDS) | env_globals
+    names = set(GLOBALS) | set(g.spec.inputs) | set(g.spec.state) | env_globals
+    nid = site.node
+    if nid is None:  # reward: every node may have run
+        return names | set(g.nodes)
+    names |= nx.ancestors(flow.graph, nid) & set(g.nodes)
+    if _on_cycle(flow, nid):
+        names.add(nid)
+    names.add("visit")
+    node = g.nodes[nid]
+    if node.foreach:
+        names |= {node.foreach.as_, "loop"}
+    if site.path[2] in AFTER_RUN:
+        names |= {"output", nid}
+    return names
+
+
+def _on_cycle(flow: Flow, nid: str) -> bool:
+    return any(nid in comp and (len(comp) > 1 or flow.graph.has_edge(nid, nid))
+               for comp in nx.strongly_connected_components(flow.graph))
+
+
+def check_templates(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
+    env = make_env()
+    env_globals = frozenset(env.globals)
+    for site in g.sites():
+        parse = parse_template if site.kind == "template" else parse_expression
+        try:
+            parsed = parse(env, site.source.text)
+        except TemplateSyntaxError as exc:
+            code = "E201" if site.kind == "template" else "E203"
+            what = "template" if site.kind == "template" else "expression"
+            yield Diagnostic(code, f"{what} syntax error: {exc.message}", site.source.span(exc.lineno or 1),
+                             "Jinja syntax: {{ expr }}, {% if %}...{% endif %}" if site.kind == "template"
+                             else "an expression is Jinja without braces, e.g. verifier.conclusion == 'STOP'")
+            continue
+        bound = _bound(g, flow, site, env_globals)
+        for name in sorted(parsed.free - bound):
+            if name in g.nodes:
+                msg = (f"'{name}' is a node that has not run yet here" if name != site.node
+                       else f"'{name}' refers to this node's own result, which exists only after it runs")
+                hint = "use 'output' in update/next/append_to, or read it from a node upstream"
+            elif name == "output":
+                msg, hint = "'output' exists only after the node runs", "use it in update, next or append_to"
+            else:
+                msg = f"'{name}' is not bound by any input, state variable or upstream node"
+                hint = did_you_mean(name, bound) or "declare it under inputs: or state:"
+            yield Diagnostic("E202", msg, site.source.span(_line_of(parsed.ast, name), name), hint)
+        yield from _fields(g, site, parsed.ast)
+
+
+def _line_of(ast, name: str) -> int:
+    from jinja2 import nodes
+
+    for n in ast.find_all(nodes.Name):
+        if n.name == name:
+            return n.lineno
+    return 1
+
+
+def _fields(g: Graph, site: Site, ast) -> Iterator[Diagnostic]:
+    for var, attr, line in attribute_refs(ast):
+        target = site.node if var == "output" else var
+        if target not in g.nodes:
+            continue
+        fields = result_fields(g.nodes[target])
+        if fields is None or attr in fields or attr.startswith("_"):
+            continue
+        yield Diagnostic("E204", f"node '{target}' has no field '{attr}'", site.source.span(line, attr),
+                         did_you_mean(attr, fields) or f"its fields: {', '.join(sorted(fields))}")

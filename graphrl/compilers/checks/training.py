@@ -1,0 +1,110 @@
+"""Training checks: what gets trained, fan-out against slime settings, worst-case context use.
+
+Input: `Graph` + `Flow`. Output: diagnostics E401, W402, E403, W404, W405, and the helper
+`sample_layout(g, flow)` that lowering reuses (which nodes/threads make training samples, and
+whether one rollout can yield several samples: "fan-out", slime-contract.md §1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+import networkx as nx
+
+from ...spec.diagnostics import Diagnostic
+from ...spec.load import Graph
+from ...spec.model import POLICY, LLMNode
+from ..flow import Flow
+
+DEFAULT_MAX_TOKENS = 1024  # the runtime's default when neither the node nor limits.max_tokens sets it
+CHARS_PER_TOKEN = 3  # a conservative estimate for template text (templates are not tokenised here)
+
+
+@dataclass(frozen=True)
+class SampleLayout:
+    per_call: tuple[str, ...]  # nodes whose every call is its own training sample
+    threads: tuple[str, ...]  # threads that form one training sample each
+    fanout: bool  # one rollout can yield more than one training sample
+
+
+def visit_bound(g: Graph, flow: Flow, nid: str) -> int | None:
+    """Upper bound on calls of a node per rollout (foreach items x visits); None when unbounded."""
+    n = g.nodes[nid]
+    on_cycle = any(nid in c and (len(c) > 1 or flow.graph.has_edge(nid, nid))
+                   for c in nx.strongly_connected_components(flow.graph))
+    visits = (n.max_visits or g.spec.limits.max_steps) if on_cycle else 1
+    if n.foreach:
+        return None if visits is None or n.foreach.max is None else visits * n.foreach.max
+    return visits
+
+
+def sample_layout(g: Graph, flow: Flow) -> SampleLayout:
+    per_call = tuple(nid for nid, n in g.nodes.items() if isinstance(n, LLMNode) and n.sample_mode == "call")
+    threads = tuple(sorted({n.thread for n in g.nodes.values()
+                            if isinstance(n, LLMNode) and n.sample_mode == "thread" and n.thread}))
+    calls = sum((visit_bound(g, flow, nid) or 2) for nid in per_call)
+    drift = any(g.spec.threads[t].on_drift == "new_sample" for t in threads if t in g.spec.threads)
+    return SampleLayout(per_call, threads, calls + len(threads) > 1 or drift)
+
+
+def trained_frozen(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
+    for nid, n in g.nodes.items():
+        if isinstance(n, LLMNode) and n.trained and not n.on_policy:
+            yield Diagnostic("E401", f"node '{nid}' is trained but runs on '{n.llm}', a frozen model",
+                             g.span("nodes", nid, "train") if n.train is not None else g.span("nodes", nid, "llm"),
+                             "only the policy is trained: use llm: policy, or train: false")
+
+
+def no_trained(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
+    if not any(isinstance(n, LLMNode) and n.trained and n.sample_mode != "none" for n in g.nodes.values()):
+        yield Diagnostic("W402", "no node is trained: rollouts of this graph give no training signal",
+                         g.span("nodes", key=True), "mark a policy node train: true (the default on policy)")
+    for nid, n in g.nodes.items():
+        if isinstance(n, LLMNode) and n.on_policy and n.sample_mode != "none" and not n.trained:
+            yield Diagnostic("W405", f"policy node '{nid}' enters a training sample but none of its tokens are trained",
+                             g.span("nodes", nid, key=True), "set sample: none if it should stay out of training")
+
+
+def fanout_settings(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
+    if not sample_layout(g, flow).fanout:
+        return
+    s = g.spec.slime
+    bad = [("partial_rollout", s.partial_rollout, "ABORTED siblings cannot re-enter generate as one sample"),
+           ("group_rm", s.group_rm, "slime's group RM expects one sample per rollout"),
+           ("dynamic_sampling_filter", bool(s.dynamic_sampling_filter), "filters count samples, not rollouts")]
+    for key, on, why in bad:
+        if on:
+            yield Diagnostic("E403", f"this graph yields several training samples per rollout (fan-out); "
+                             f"slime's {key} breaks that: {why}", g.span("slime", key),
+                             "remove it; graphrl's compiled reward post-process normalises per prompt group")
+
+
+def context_overflow(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
+    policy = g.spec.models.get(POLICY)
+    limit = policy.context_length if policy else None
+    if limit is None:
+        return
+    default_max = g.spec.limits.max_tokens or DEFAULT_MAX_TOKENS
+    thread_total: dict[str, int] = {}
+    for nid, n in g.nodes.items():
+        if not (isinstance(n, LLMNode) and n.on_policy):
+            continue
+        prompt = sum(len(m.content) for m in n.prompt or ()) // CHARS_PER_TOKEN
+        if n.foreach and n.foreach.chunk_tokens:
+            prompt += n.foreach.chunk_tokens
+        per_call = prompt + (n.max_tokens or default_max)
+        if n.thread and n.thread in g.spec.threads:
+            bound = visit_bound(g, flow, nid)
+            opening = sum(len(m.content) for m in g.spec.threads[n.thread].prompt) // CHARS_PER_TOKEN
+            thread_total.setdefault(n.thread, opening)
+            thread_total[n.thread] += per_call * (bound or 1)
+        elif per_call > limit:
+            yield Diagnostic("W404", f"a call of '{nid}' can need ~{per_call} tokens, over the policy's "
+                             f"context_length {limit}", g.span("nodes", nid, key=True),
+                             "lower max_tokens or chunk_tokens, or raise context_length")
+    for t, total in sorted(thread_total.items()):
+        if total > limit:
+            yield Diagnostic("W404", f"thread '{t}' can grow to ~{total} tokens, over the policy's context_length "
+                             f"{limit}", g.span("threads", t, key=True),
+                             "lower max_visits or max_tokens of its nodes, or raise context_length")

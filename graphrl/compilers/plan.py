@@ -1,0 +1,186 @@
+"""Lowering: a checked `Graph` -> the frozen, self-contained execution plan (the "lockfile").
+
+Input: a `Graph` that passed `run_checks` with no errors.
+Output: `Plan` (frozen pydantic model) and its canonical JSON text (`plan_json`).
+
+Invariants:
+- self-contained: template files are inlined, each listed under `templates` with its sha256;
+- resolved: every default the runtime would apply (train, sample, max_tokens, edges) is explicit;
+- deterministic: the same inputs (files and the working directory they are named from) give
+  byte-identical JSON; keys are emitted in a fixed order, floats and paths normalised;
+- located: `spans` maps each value's dotted path to file:line:col so runtime errors point at YAML.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .. import __version__
+from ..spec.load import Graph
+from ..spec.model import (
+    POLICY, GraphSpec, InputDecl, Limits, LLMNode, ModelDecl, Reward, SlimeSettings, StateVar, SwitchNode,
+    Thread, ToolNode, UpdateNode,
+)
+from .checks.training import DEFAULT_MAX_TOKENS, sample_layout
+from .flow import build_flow
+
+PLAN_FORMAT = "graphrl.plan/1"
+
+PlanNode = Annotated[LLMNode | ToolNode | SwitchNode | UpdateNode, Field(discriminator="kind")]
+
+
+class TemplateFile(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    sha256: str
+    lines: int
+
+
+class Training(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    per_call: tuple[str, ...]  # nodes whose every call is its own training sample
+    threads: tuple[str, ...]  # threads that form one training sample each
+    fanout: bool  # a rollout can yield several samples (list[Sample] for slime)
+    trained_nodes: tuple[str, ...]
+
+
+class Plan(BaseModel):
+    """The frozen execution plan; `graphrl run` and the slime target execute exactly this."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    format: Literal["graphrl.plan/1"] = PLAN_FORMAT
+    graphrl_version: str
+    name: str
+    description: str | None = None
+    source: dict[str, str]
+    start: str
+    models: dict[str, ModelDecl]
+    inputs: dict[str, InputDecl]
+    state: dict[str, StateVar]
+    threads: dict[str, Thread]
+    nodes: dict[str, PlanNode]
+    reward: Reward | None = None
+    limits: Limits
+    slime: SlimeSettings
+    training: Training
+    templates: dict[str, TemplateFile]
+    spans: dict[str, str]
+
+    def span(self, *path: Any) -> str | None:
+        """file:line:col of the value at `path` (or its nearest located ancestor)."""
+        parts = [str(p) for p in path]
+        while parts:
+            hit = self.spans.get(".".join(parts))
+            if hit:
+                return hit
+            parts.pop()
+        return self.source.get("file")
+
+
+def _rel(path: str) -> str:
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:  # another drive on Windows
+        rel = path
+    return Path(rel).as_posix()
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _inline_templates(g: Graph) -> tuple[dict[tuple, str], dict[str, TemplateFile]]:
+    files: dict[str, TemplateFile] = {}
+    inlined: dict[tuple, str] = {}
+    for path, src in g.templates.items():
+        inlined[path] = src.text
+        files[_rel(src.file)] = TemplateFile(sha256=_sha(src.text), lines=src.text.count("\n") + 1)
+    return inlined, dict(sorted(files.items()))
+
+
+def _replace_messages(data: dict, base: tuple, inlined: dict[tuple, str]) -> None:
+    for i, msg in enumerate(data.get("prompt") or ()):
+        for role in list(msg):
+            if base + ("prompt", i, role) in inlined:
+                msg[role] = inlined[base + ("prompt", i, role)]
+
+
+def _resolve_node(g: Graph, nid: str, inlined: dict[tuple, str]) -> Any:
+    n = g.nodes[nid]
+    update: dict[str, Any] = {}
+    if isinstance(n, LLMNode):
+        update = {"train": n.trained, "sample": n.sample_mode,
+                  "max_tokens": n.max_tokens or g.spec.limits.max_tokens or DEFAULT_MAX_TOKENS}
+    if getattr(n, "next", "absent") is None:
+        from ..spec.model import Branch
+
+        update["next"] = [Branch(goto="end")]
+    if (n.max_visits or n.token_budget) and n.on_limit is None:
+        update["on_limit"] = "end"
+    node = n.model_copy(update=update)
+    if isinstance(node, LLMNode) and node.prompt and any(("nodes", nid, "prompt", i, m.role) in inlined
+                                                         for i, m in enumerate(node.prompt)):
+        data = node.model_dump(by_alias=True)
+        _replace_messages(data, ("nodes", nid), inlined)
+        node = type(node).model_validate(data)
+    return node
+
+
+def _spans(g: Graph) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for path, span in g.located.spans.items():
+        if path:
+            out[".".join(str(p) for p in path)] = f"{_rel(span.file)}:{span.line}:{span.col}"
+    for path, src in g.templates.items():
+        out[".".join(str(p) for p in path)] = f"{_rel(src.file)}:1:1"
+    return dict(sorted(out.items()))
+
+
+def lower(g: Graph) -> Plan:
+    inlined, files = _inline_templates(g)
+    spec: GraphSpec = g.spec
+    threads = {}
+    for tid, th in spec.threads.items():
+        data = th.model_dump(by_alias=True)
+        _replace_messages(data, ("threads", tid), inlined)
+        threads[tid] = Thread.model_validate(data)
+    flow = build_flow(g)
+    layout = sample_layout(g, flow)
+    models = dict(spec.models)
+    models.setdefault(POLICY, ModelDecl())
+    source_text = Path(g.file).read_text(encoding="utf-8")
+    return Plan(
+        graphrl_version=__version__,
+        name=spec.name,
+        description=spec.description,
+        source={"file": _rel(g.file), "sha256": _sha(source_text)},
+        start=g.start,
+        models={k: models[k] for k in sorted(models)},
+        inputs=dict(spec.inputs),
+        state=dict(spec.state),
+        threads=threads,
+        nodes={nid: _resolve_node(g, nid, inlined) for nid in g.nodes},
+        reward=spec.reward,
+        limits=spec.limits,
+        slime=spec.slime,
+        training=Training(per_call=layout.per_call, threads=layout.threads, fanout=layout.fanout,
+                          trained_nodes=tuple(nid for nid, n in g.nodes.items()
+                                              if isinstance(n, LLMNode) and n.trained)),
+        templates=files,
+        spans=_spans(g),
+    )
+
+
+def plan_json(plan: Plan) -> str:
+    """Canonical JSON: fixed key order, 2-space indent, UTF-8, trailing newline."""
+    data = plan.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return json.dumps(data, indent=2, ensure_ascii=False, sort_keys=False) + "\n"
+
+
+def load_plan(path: str | Path) -> Plan:
+    return Plan.model_validate_json(Path(path).read_text(encoding="utf-8"))

@@ -1,0 +1,47 @@
+"""Names the graph language knows without imports: built-in tools, rewards and group rewards.
+
+Input: nothing (a static table). Output: `BUILTIN_TOOLS`, `BUILTIN_REWARDS`, `BUILTIN_GROUP_REWARDS`:
+name -> `Signature(required, optional)` used by the checks (unknown names, argument names) and
+by the runtime registries, which must implement exactly these signatures (a test keeps them equal).
+
+Invariant: this is the single list of built-in names; docs/graph-language.md lists the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Signature:
+    required: tuple[str, ...]
+    optional: tuple[str, ...] = ()
+    summary: str = ""
+    judge: bool = False  # accepts reward.judge (a model name)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self.required + self.optional
+
+
+BUILTIN_TOOLS: dict[str, Signature] = {
+    "python": Signature(("code",), ("stdin",), "run code in a sandboxed subprocess; the observation is stdout+stderr"),
+    "retrieve": Signature(("query", "url"), ("topk",), "POST /retrieve {queries, topk}; numbered documents"),
+}
+
+BUILTIN_REWARDS: dict[str, Signature] = {
+    "exact_match": Signature(("prediction", "label"), ("extract", "tail_chars"),
+                             "normalised exact match; label may be a list (max over answers)"),
+    "f1": Signature(("prediction", "label"), ("extract", "tail_chars"), "token F1 after normalisation"),
+    "sub_em": Signature(("prediction", "label"), ("extract", "tail_chars"), "a gold answer is contained in the prediction"),
+    "math_equal": Signature(("prediction", "label"), ("question",),
+                            "last \\boxed{} equal after math normalisation, else the judge; dict {score, acc, pred, gt}",
+                            judge=True),
+    "judge": Signature(("question", "prediction", "label"), ("instructions",),
+                       "ask the judge model; parses a last-line VERDICT: True/False", judge=True),
+}
+
+BUILTIN_GROUP_REWARDS: dict[str, Signature] = {
+    "preference": Signature((), ("weights", "features", "clip", "min_std"),
+                            "ToolOrchestra: min-max features within a group, wrong -> 0, z-score clip, drop flat groups"),
+}

@@ -1,0 +1,77 @@
+"""The one expression language: Jinja templates and bare Jinja expressions.
+
+Input: template or expression source text. Output: parsed ASTs (for checks), compiled callables
+(for the runtime), and the set of free variable names and attribute references they use.
+
+Invariants: undefined names raise (StrictUndefined) instead of rendering as empty strings; values
+passed in (model output included) are data — Jinja never evaluates text that arrives through a
+variable; a whole-string `{{ expr }}` keeps its native Python type when `native=True`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from jinja2 import Environment, StrictUndefined, meta, nodes
+from jinja2.exceptions import TemplateSyntaxError
+from jinja2.parser import Parser
+
+_SINGLE_EXPR = re.compile(r"^\s*\{\{(?!.*\{\{)(.*)\}\}\s*$", re.S)
+
+
+def make_env() -> Environment:
+    env = Environment(undefined=StrictUndefined, keep_trailing_newline=True, autoescape=False)
+    env.filters["snake"] = lambda s: re.sub(r"[^0-9a-z]+", "_", str(s).lower()).strip("_")
+    return env
+
+
+@dataclass(frozen=True)
+class Parsed:
+    ast: nodes.Template
+    free: frozenset[str]
+
+
+def parse_template(env: Environment, source: str) -> Parsed:
+    """Raises TemplateSyntaxError with a 1-based lineno relative to `source`."""
+    ast = env.parse(source)
+    return Parsed(ast, frozenset(meta.find_undeclared_variables(ast)))
+
+
+def parse_expression(env: Environment, source: str) -> Parsed:
+    parser = Parser(env, source, state="variable")
+    expr = parser.parse_expression()
+    if not parser.stream.eos:
+        tok = parser.stream.current
+        raise TemplateSyntaxError(f"unexpected '{tok.value}' after the expression", tok.lineno)
+    ast = nodes.Template([nodes.Output([expr])], lineno=1)
+    ast.set_environment(env)
+    return Parsed(ast, frozenset(meta.find_undeclared_variables(ast)))
+
+
+def attribute_refs(ast: nodes.Node) -> list[tuple[str, str, int]]:
+    """(variable, attribute, lineno) for every `var.attr` and `var['attr']` in the AST."""
+    out = []
+    for node in ast.find_all((nodes.Getattr, nodes.Getitem)):
+        if isinstance(node.node, nodes.Name):
+            if isinstance(node, nodes.Getattr):
+                out.append((node.node.name, node.attr, node.lineno))
+            elif isinstance(node.arg, nodes.Const) and isinstance(node.arg.value, str):
+                out.append((node.node.name, node.arg.value, node.lineno))
+    return out
+
+
+def compile_template(env: Environment, source: str, *, native: bool = False) -> Callable[[dict], Any]:
+    """A render function. With native=True a lone `{{ expr }}` returns the expression's value."""
+    if native:
+        m = _SINGLE_EXPR.match(source)
+        if m:
+            return compile_expression(env, m.group(1))
+    tmpl = env.from_string(source)
+    return tmpl.render
+
+
+def compile_expression(env: Environment, source: str) -> Callable[[dict], Any]:
+    fn = env.compile_expression(source, undefined_to_none=False)
+    return lambda ctx: fn(**ctx)

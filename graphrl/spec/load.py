@@ -1,0 +1,323 @@
+"""Graph file -> `Graph` (typed, frozen, every value located), or diagnostics.
+
+Input: a path to a graph YAML file.
+Output: `(Graph | None, diagnostics)`. A Graph is returned whenever the file parsed and validated
+(warnings and later-stage errors are for `graphrl.compilers.checks`); schema-level problems
+(YAML syntax, unknown keys, wrong types, duplicates, missing template files) are all reported at once.
+
+Invariants: template files are read here and nowhere else (the plan inlines them); spans point at
+the YAML (or at the template file for file templates); no user code is imported here.
+"""
+
+from __future__ import annotations
+
+import re
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from pydantic import BaseModel, ValidationError
+
+from .desugar import desugar
+from .diagnostics import Diagnostic, Span, did_you_mean
+from .model import NODE_KINDS, GraphSpec, LLMNode, Message, Node, SwitchNode, ToolNode
+from .yamlsrc import Located, load_yaml
+
+TEMPLATE_FILE = re.compile(r"^[^\s{}]+\.(j2|jinja|jinja2)$")
+
+
+@dataclass(frozen=True)
+class TemplateSource:
+    """Where a template's text came from: a .j2 file, or an inline YAML string."""
+
+    text: str
+    file: str  # the template file, or the graph file for inline templates
+    line: int  # line of the template's first line in `file`
+    col: int  # column of its first character (1 for files and block scalars)
+    inline: bool
+
+    def span(self, template_line: int = 1, needle: str | None = None) -> Span:
+        """The span of a template line; with `needle`, of its first whole-word occurrence there."""
+        line = self.line + max(template_line, 1) - 1
+        col = self.col if template_line <= 1 else 1
+        if needle:
+            from .diagnostics import SourceCache
+
+            text = SourceCache().line(self.file, line) or ""
+            m = re.search(rf"(?<!\w){re.escape(needle)}(?!\w)", text[col - 1:])
+            if m:
+                return Span(self.file, line, col + m.start(), col + m.end())
+        return Span(self.file, line, col)
+
+
+@dataclass(frozen=True)
+class Site:
+    """A string in the graph that holds Jinja: a template (rendered) or a bare expression."""
+
+    path: tuple
+    kind: str  # "template" | "expression"
+    source: TemplateSource
+    node: str | None  # the node it belongs to, if any
+
+
+@dataclass(frozen=True)
+class Graph:
+    spec: GraphSpec
+    nodes: dict[str, Node]
+    file: str
+    located: Located = field(repr=False, compare=False)
+    templates: dict[tuple, TemplateSource] = field(repr=False, compare=False)  # path -> source
+
+    @property
+    def base_dir(self) -> Path:
+        return Path(self.file).parent
+
+    def span(self, *path: Any, key: bool = False) -> Span | None:
+        return self.located.span(tuple(path), key=key)
+
+    @property
+    def start(self) -> str:
+        return self.spec.start or next(iter(self.nodes))
+
+    def sites(self) -> Iterator[Site]:
+        """Every template and expression site, in document order."""
+        yield from _sites(self)
+
+
+# ---------------------------------------------------------------- pydantic errors -> diagnostics
+
+
+def _unwrap(tp: Any) -> list[Any]:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        return [t for a in typing.get_args(tp) for t in _unwrap(a)]
+    return [tp]
+
+
+def _allowed_keys(model: type[BaseModel], loc: tuple) -> list[str]:
+    """Keys allowed at `loc` (a pydantic error location) under `model`, for 'did you mean'."""
+    current: list[Any] = [model]
+    for part in loc:
+        nxt: list[Any] = []
+        for tp in current:
+            if isinstance(tp, type) and issubclass(tp, BaseModel):
+                for name, f in tp.model_fields.items():
+                    if part in (name, f.alias):
+                        nxt.extend(_unwrap(f.annotation))
+            elif typing.get_origin(tp) in (list, dict):
+                nxt.extend(_unwrap(typing.get_args(tp)[-1]))
+        current = nxt
+    keys: list[str] = []
+    for tp in current:
+        if isinstance(tp, type) and issubclass(tp, BaseModel):
+            keys += [f.alias or n for n, f in tp.model_fields.items() if n != "kind"]
+    return keys
+
+
+def _pydantic_diagnostics(exc: ValidationError, model: type[BaseModel], prefix: tuple,
+                          loc_: Located) -> list[Diagnostic]:
+    out = []
+    for err in exc.errors():
+        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and "[" in p))
+        path = prefix + loc
+        typ = err["type"]
+        if typ == "extra_forbidden":
+            key = loc[-1] if loc else "?"
+            allowed = _allowed_keys(model, loc[:-1])
+            hint = did_you_mean(str(key), allowed) or (
+                f"allowed keys here: {', '.join(sorted(allowed))}" if allowed else None)
+            out.append(Diagnostic("E002", f"unknown key '{key}'", loc_.span(path, key=True), hint))
+        elif typ == "missing":
+            key = loc[-1] if loc else "?"
+            out.append(Diagnostic("E006", f"missing required key '{key}'", loc_.span(path[:-1], key=True),
+                                  f"add '{key}:' here"))
+        else:
+            where = ".".join(str(p) for p in loc) or "value"
+            msg = err["msg"].removeprefix("Value error, ")
+            out.append(Diagnostic("E003", f"{where}: {msg}", loc_.span(path)))
+    return out
+
+
+# ---------------------------------------------------------------- loading
+
+
+def _node_kind(node: dict) -> str | None:
+    present = [k for k in ("llm", "tool", "switch") if k in node]
+    return present[0] if len(present) == 1 else ("update" if not present else None)
+
+
+def load_graph(path: str | Path) -> tuple[Graph | None, list[Diagnostic]]:
+    file = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, [Diagnostic("E007", f"cannot read graph file: {exc.strerror or exc}", Span(file, 1, 1))]
+    loc = load_yaml(text, file)
+    diags = list(loc.diagnostics)
+    if any(d.code == "E001" for d in diags):
+        return None, diags
+    if not isinstance(loc.value, dict):
+        diags.append(Diagnostic("E003", "a graph file is a mapping with name: and nodes:", loc.span(())))
+        return None, diags
+    doc = desugar(loc.value)
+    spec = None
+    try:
+        spec = GraphSpec.model_validate(doc)
+    except ValidationError as exc:
+        diags += _pydantic_diagnostics(exc, GraphSpec, (), loc)
+        spec = _without_unknown_keys(GraphSpec, doc, exc)
+    nodes: dict[str, Node] = {}
+    for nid, raw in (doc.get("nodes") or {}).items() if isinstance(doc.get("nodes"), dict) else ():
+        if not isinstance(raw, dict):
+            diags.append(Diagnostic("E003", f"node '{nid}' must be a mapping", loc.span(("nodes", nid))))
+            continue
+        kind = _node_kind(raw)
+        if kind is None:
+            diags.append(Diagnostic("E003", f"node '{nid}' has more than one of llm/tool/switch",
+                                    loc.span(("nodes", nid), key=True), "split it into one node per action"))
+            continue
+        cls = NODE_KINDS[kind]
+        try:
+            nodes[str(nid)] = cls.model_validate(raw)  # type: ignore[assignment]
+        except ValidationError as exc:
+            diags += _pydantic_diagnostics(exc, cls, ("nodes", nid), loc)
+            node = _without_unknown_keys(cls, raw, exc)
+            if node is not None:
+                nodes[str(nid)] = node  # type: ignore[assignment]
+    only_unknown_keys = all(d.code in ("E002",) or d.severity != "error" for d in diags)
+    if spec is None or not only_unknown_keys or len(nodes) != len(doc.get("nodes") or {}):
+        return None, diags
+    templates = _read_template_files(spec, nodes, file, loc, diags)
+    if any(d.code != "E002" and d.severity == "error" for d in diags):
+        return None, diags
+    # With only unknown keys wrong, the graph (those keys dropped) is still analysed, so that every
+    # problem is reported at once; callers treat any error diagnostic as failure.
+    return Graph(spec=spec, nodes=nodes, file=file, located=loc, templates=templates), diags
+
+
+def _without_unknown_keys(model: type[BaseModel], doc: Any, exc: ValidationError) -> Any:
+    """Validate again with the unknown keys removed; None if other errors remain."""
+    errors = exc.errors()
+    if any(e["type"] != "extra_forbidden" for e in errors):
+        return None
+    import copy
+
+    doc = copy.deepcopy(doc)
+    for e in errors:
+        parent = doc
+        loc = [p for p in e["loc"] if not (isinstance(p, str) and "[" in p)]
+        try:
+            for p in loc[:-1]:
+                parent = parent[p]
+            del parent[loc[-1]]
+        except (KeyError, IndexError, TypeError):
+            return None
+    try:
+        return model.model_validate(doc)
+    except ValidationError:
+        return None
+
+
+def _messages(spec: GraphSpec, nodes: dict[str, Node]) -> Iterator[tuple[tuple, Message]]:
+    for tid, th in spec.threads.items():
+        for i, m in enumerate(th.prompt):
+            yield ("threads", tid, "prompt", i, m.role), m
+    for nid, n in nodes.items():
+        if isinstance(n, LLMNode):
+            for i, m in enumerate(n.prompt or ()):
+                yield ("nodes", nid, "prompt", i, m.role), m
+
+
+def _inline(loc: Located, path: tuple, text: str) -> TemplateSource:
+    span = loc.span(path)
+    if path in loc.block_paths:
+        return TemplateSource(text, loc.file, span.line + 1, 1, inline=True)
+    quoted = 1 if loc.spans.get(path) and _is_quoted(loc, path) else 0
+    return TemplateSource(text, loc.file, span.line, span.col + quoted, inline=True)
+
+
+def _is_quoted(loc: Located, path: tuple) -> bool:
+    from .diagnostics import SourceCache  # local: rendering helper reused for one char lookup
+
+    span = loc.spans[path]
+    line = SourceCache().line(loc.file, span.line) or ""
+    return line[span.col - 1: span.col] in ("'", '"')
+
+
+def _read_template_files(spec: GraphSpec, nodes: dict[str, Node], file: str, loc: Located,
+                         diags: list[Diagnostic]) -> dict[tuple, TemplateSource]:
+    base = Path(file).parent / (spec.templates or "")
+    out: dict[tuple, TemplateSource] = {}
+    for path, msg in _messages(spec, nodes):
+        content = msg.content
+        if TEMPLATE_FILE.match(content):
+            tfile = base / content
+            try:
+                out[path] = TemplateSource(tfile.read_text(encoding="utf-8"), str(tfile), 1, 1, inline=False)
+            except (OSError, UnicodeDecodeError):
+                near = [p.name for p in tfile.parent.glob("*.j2")] if tfile.parent.is_dir() else []
+                diags.append(Diagnostic("E007", f"template file not found: {tfile}", loc.span(path),
+                                        did_you_mean(tfile.name, near)
+                                        or f"template paths are relative to {base}"))
+    return out
+
+
+# ---------------------------------------------------------------- template and expression sites
+
+
+def _walk_values(value: Any, path: tuple, *, keys_too: bool = False) -> Iterator[tuple[tuple, str]]:
+    if isinstance(value, str):
+        yield path, value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            if keys_too and isinstance(k, str) and "{" in k:
+                yield path + (k, "<key>"), k
+            yield from _walk_values(v, path + (k,), keys_too=keys_too)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _walk_values(v, path + (i,), keys_too=keys_too)
+
+
+def _sites(g: Graph) -> Iterator[Site]:
+    loc = g.located
+
+    def site(path: tuple, text: str, kind: str, node: str | None) -> Site:
+        src = g.templates.get(path) or _inline(loc, path if path[-1] != "<key>" else path[:-1], text)
+        return Site(path, kind, src, node)
+
+    spec = g.spec
+    for name, inp in spec.inputs.items():
+        yield site(("inputs", name, "from"), inp.from_, "expression", None)
+    for tid, th in spec.threads.items():
+        for i, m in enumerate(th.prompt):
+            yield site(("threads", tid, "prompt", i, m.role), m.content, "template", None)
+        if th.tools:
+            yield site(("threads", tid, "tools"), th.tools, "template", None)
+    for nid, n in g.nodes.items():
+        base = ("nodes", nid)
+        if n.foreach:
+            yield site(base + ("foreach", "over"), n.foreach.over, "expression", nid)
+        if isinstance(n, LLMNode):
+            if "{" in n.llm:
+                yield site(base + ("llm",), n.llm, "template", nid)
+            for i, m in enumerate(n.prompt or ()):
+                yield site(base + ("prompt", i, m.role), m.content, "template", nid)
+        if isinstance(n, ToolNode):
+            for p, t in _walk_values(n.args, base + ("args",)):
+                yield site(p, t, "template", nid)
+        if isinstance(n, SwitchNode):
+            yield site(base + ("switch",), n.switch, "expression", nid)
+        for p, t in _walk_values(n.update, base + ("update",), keys_too=True):
+            yield site(p, t, "template", nid)
+        if n.append_to:
+            yield site(base + ("append_to", "content"), n.append_to.content, "template", nid)
+        for i, b in enumerate(getattr(n, "next", None) or ()):
+            if b.when is not None:
+                yield site(base + ("next", i, "when"), b.when, "expression", nid)
+    if spec.reward:
+        for p, t in _walk_values(spec.reward.args, ("reward", "args")):
+            yield site(p, t, "template", None)
+        if spec.reward.group:
+            for p, t in _walk_values(spec.reward.group.args, ("reward", "group", "args")):
+                yield site(p, t, "template", None)

@@ -1,0 +1,57 @@
+"""JSON Schema of graph files, for editors (yaml-language-server) and external validation.
+
+Input: the pydantic models of `graphrl.spec.model`. Output: a JSON-serialisable dict (draft 2020-12).
+
+Invariants: every shorthand that `desugar` accepts is accepted by the schema too (a test validates
+the bundled graphs against it); every canonical form is accepted; unknown keys are rejected
+(additionalProperties: false), mirroring the checker.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from pydantic import Field
+
+from .model import GraphSpec, LLMNode, SwitchNode, ToolNode, UpdateNode
+
+
+class _SchemaGraph(GraphSpec):
+    nodes: dict[str, LLMNode | ToolNode | SwitchNode | UpdateNode] = Field(  # type: ignore[assignment]
+        min_length=1, description="node id -> node (llm, tool, switch, or update-only)")
+
+
+def _or_string(prop: dict[str, Any], what: str) -> dict[str, Any]:
+    return {"anyOf": [{"type": "string", "description": what}, prop]}
+
+
+
+
+def graph_json_schema() -> dict[str, Any]:
+    schema = copy.deepcopy(_SchemaGraph.model_json_schema(by_alias=True))
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "graphrl graph"
+    defs = schema["$defs"]
+    for name in ("LLMNode", "ToolNode", "SwitchNode", "UpdateNode"):
+        props = defs[name]["properties"]
+        props.pop("kind", None)
+        if "next" in props:
+            props["next"] = _or_string(props["next"], "shorthand: the id of the next node")
+        props["append_to"] = _or_string(props["append_to"], "shorthand: a thread name")
+        props["foreach"] = _or_string(props["foreach"], "shorthand: the expression to iterate over")
+        if "prompt" in props:
+            msg_or_str = {"anyOf": [{"$ref": "#/$defs/Message"},
+                                    {"type": "string", "description": "a template yielding messages"}]}
+            props["prompt"] = {"anyOf": [{"type": "string", "description": "a template yielding messages"},
+                                         {"type": "array", "items": msg_or_str}, {"type": "null"}]}
+    defs["Thread"]["properties"]["prompt"] = {"anyOf": [
+        {"type": "string"}, {"type": "array", "minItems": 1,
+                             "items": {"anyOf": [{"$ref": "#/$defs/Message"}, {"type": "string"}]}}]}
+    props = schema["properties"]
+    props["state"]["additionalProperties"] = {"anyOf": [
+        {"$ref": "#/$defs/StateVar"}, {"not": {"type": "object"}, "description": "shorthand: the default value"}]}
+    props["inputs"]["additionalProperties"] = {"anyOf": [
+        {"$ref": "#/$defs/InputDecl"}, {"type": "string", "description": "shorthand: the row expression"}]}
+    props["reward"] = {"anyOf": [{"$ref": "#/$defs/Reward"}, {"type": "string"}, {"type": "null"}]}
+    return schema

@@ -1,0 +1,120 @@
+"""Located YAML: text -> plain Python values plus a span for every value and key.
+
+Input: YAML text and the file name it came from.
+Output: `Located(value, spans, key_spans)` where `spans[path]` is the span of the value at `path`
+(a tuple of mapping keys and list indexes) and `key_spans[path]` the span of the key that introduced
+it. Parsing is PyYAML's (safe loader); this module only walks the composed node tree.
+
+Invariants: duplicate keys are reported (E004), never silently merged; YAML syntax errors become an
+E001 diagnostic at the parser's line and column; no tags beyond the safe set are constructed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from .diagnostics import Diagnostic, Span
+
+Path_ = tuple  # a path into the document: ("nodes", "plan", "prompt", 0, "user")
+
+
+@dataclass
+class Located:
+    value: Any
+    file: str
+    spans: dict[Path_, Span] = field(default_factory=dict)
+    key_spans: dict[Path_, Span] = field(default_factory=dict)
+    block_paths: set[Path_] = field(default_factory=set)  # scalars written as | or > blocks
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    def span(self, path: Path_, *, key: bool = False) -> Span | None:
+        """The span at `path`, or of its nearest located ancestor."""
+        path = tuple(path)
+        table = self.key_spans if key else self.spans
+        while True:
+            if path in table:
+                return table[path]
+            if key and path in self.spans:
+                return self.spans[path]
+            if not path:
+                return Span(self.file, 1, 1)
+            path = path[:-1]
+
+
+def _span(file: str, node: yaml.Node) -> Span:
+    start, end = node.start_mark, node.end_mark
+    end_col = end.column + 1 if end.line == start.line and end.column > start.column else None
+    return Span(file, start.line + 1, start.column + 1, end_col)
+
+
+class _Walker:
+    def __init__(self, file: str, loc: Located):
+        self.file = file
+        self.loc = loc
+        self.constructor = yaml.SafeLoader("")  # only its constructor methods are used
+
+    def walk(self, node: yaml.Node, path: Path_, depth: int = 0) -> Any:
+        if depth > 200:
+            raise yaml.YAMLError("document nested too deeply (or a recursive alias)")
+        self.loc.spans[path] = _span(self.file, node)
+        if isinstance(node, yaml.MappingNode):
+            self.constructor.flatten_mapping(node)  # YAML merge keys (<<)
+            out: dict[Any, Any] = {}
+            for key_node, value_node in node.value:
+                key = self.constructor.construct_object(key_node, deep=True)
+                if isinstance(key, (list, dict)):
+                    key = str(key)
+                kpath = path + (key,)
+                if key in out:
+                    code = "E005" if path == ("nodes",) else "E004"
+                    what = f"node id '{key}'" if code == "E005" else f"key '{key}'"
+                    first = self.loc.key_spans.get(kpath)
+                    self.loc.diagnostics.append(
+                        Diagnostic(
+                            code,
+                            f"duplicate {what}" + (f" (first defined at line {first.line})" if first else ""),
+                            _span(self.file, key_node),
+                            "each key may appear once per mapping; remove or rename one of them",
+                        )
+                    )
+                    continue
+                self.loc.key_spans[kpath] = _span(self.file, key_node)
+                out[key] = self.walk(value_node, kpath, depth + 1)
+            return out
+        if isinstance(node, yaml.SequenceNode):
+            return [self.walk(item, path + (i,), depth + 1) for i, item in enumerate(node.value)]
+        if isinstance(node, yaml.ScalarNode) and node.style in ("|", ">"):
+            self.loc.block_paths.add(path)
+        return self.constructor.construct_object(node, deep=True)
+
+
+def load_yaml(text: str, file: str) -> Located:
+    """Parse one YAML document with spans. Syntax errors are returned as diagnostics, not raised."""
+    loc = Located(value=None, file=file)
+    try:
+        docs = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        span = Span(file, mark.line + 1, mark.column + 1) if mark else Span(file, 1, 1)
+        msg = " ".join(str(p) for p in (exc.context, exc.problem) if p) or "invalid YAML"
+        loc.diagnostics.append(Diagnostic("E001", f"YAML syntax error: {msg}", span,
+                                          "check indentation, colons and quoting around this point"))
+        return loc
+    except yaml.YAMLError as exc:
+        loc.diagnostics.append(Diagnostic("E001", f"YAML error: {exc}", Span(file, 1, 1)))
+        return loc
+    docs = [d for d in docs if d is not None]
+    if len(docs) > 1:
+        loc.diagnostics.append(Diagnostic("E001", "a graph file holds one YAML document, found several",
+                                          _span(file, docs[1]), "remove the extra '---' separator"))
+    if not docs:
+        loc.value = {}
+        return loc
+    try:
+        loc.value = _Walker(file, loc).walk(docs[0], ())
+    except yaml.YAMLError as exc:
+        loc.diagnostics.append(Diagnostic("E001", f"YAML error: {exc}", Span(file, 1, 1)))
+    return loc
