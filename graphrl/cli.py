@@ -202,7 +202,8 @@ def _register_optional() -> None:
     import importlib
 
     for module, attr in (("graphrl.engines.server_cli", "serve_command"),
-                         ("graphrl.models.cli", "models_command")):
+                         ("graphrl.models.cli", "models_command"),
+                         ("graphrl.runtime.cli_run", "run_command")):
         try:
             mod = importlib.import_module(module)
         except ImportError:

@@ -99,7 +99,7 @@ def _inline_templates(g: Graph) -> tuple[dict[tuple, str], dict[str, TemplateFil
     inlined: dict[tuple, str] = {}
     for path, src in g.templates.items():
         inlined[path] = src.text
-        files[_rel(src.file)] = TemplateFile(sha256=_sha(src.text), lines=src.text.count("\n") + 1)
+        files[_rel(src.file)] = TemplateFile(sha256=_sha(src.text), lines=len(src.text.splitlines()))
     return inlined, dict(sorted(files.items()))
 
 
@@ -184,3 +184,16 @@ def plan_json(plan: Plan) -> str:
 
 def load_plan(path: str | Path) -> Plan:
     return Plan.model_validate_json(Path(path).read_text(encoding="utf-8"))
+
+
+def plan_from_path(path: str | Path):
+    """A graph YAML (checked and lowered) or a compiled plan.json -> (Plan | None, diagnostics)."""
+    from ..spec.diagnostics import has_errors
+    from .checks import check_file
+
+    if str(path).endswith(".json"):
+        return load_plan(path), []
+    g, diags = check_file(path)
+    if g is None or has_errors(diags):
+        return None, diags
+    return lower(g), diags

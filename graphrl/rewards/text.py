@@ -1,0 +1,81 @@
+"""Text-answer rewards: prediction + gold answer(s) -> score in [0, 1].
+
+Normalisation (SQuAD style): lower-case, drop punctuation and the articles a/an/the, collapse
+whitespace. A label may be a list of gold answers: the score is the max over them.
+`extract="boxed"` scores the last \\boxed{} of the prediction (of its last `tail_chars` characters
+when given) instead of the whole text; no \\boxed{} scores 0.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+from typing import Any, Callable
+
+from ..runtime.parsers import last_boxed
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCT = str.maketrans("", "", string.punctuation)
+
+
+def normalize(text: Any) -> str:
+    s = str(text).lower().translate(_PUNCT)
+    return " ".join(_ARTICLES.sub(" ", s).split())
+
+
+def golds(label: Any) -> list[str]:
+    if isinstance(label, (list, tuple)):
+        return [str(x) for x in label] or [""]
+    return [str(label)]
+
+
+def extract(prediction: Any, how: str | None, tail_chars: int | None) -> str | None:
+    text = str(prediction)
+    if tail_chars:
+        text = text[-int(tail_chars):]
+    if how in (None, "", "none"):
+        return text
+    if how == "boxed":
+        return last_boxed(text)
+    raise ValueError(f"extract must be 'boxed' or 'none', got {how!r}")
+
+
+def _best(score: Callable[[str, str], float], prediction: Any, label: Any, how, tail) -> float:
+    pred = extract(prediction, how, tail)
+    if pred is None:
+        return 0.0
+    return max(score(pred, g) for g in golds(label))
+
+
+def _em(p: str, g: str) -> float:
+    return float(normalize(p) == normalize(g))
+
+
+def _sub(p: str, g: str) -> float:
+    g = normalize(g)
+    return float(bool(g) and g in normalize(p))
+
+
+def _f1(p: str, g: str) -> float:
+    pt, gt = normalize(p).split(), normalize(g).split()
+    common = Counter(pt) & Counter(gt)
+    same = sum(common.values())
+    if not pt or not gt:
+        return float(pt == gt)
+    if same == 0:
+        return 0.0
+    precision, recall = same / len(pt), same / len(gt)
+    return 2 * precision * recall / (precision + recall)
+
+
+def exact_match(prediction, label, extract=None, tail_chars=None) -> float:
+    return _best(_em, prediction, label, extract, tail_chars)
+
+
+def sub_em(prediction, label, extract=None, tail_chars=None) -> float:
+    return _best(_sub, prediction, label, extract, tail_chars)
+
+
+def f1(prediction, label, extract=None, tail_chars=None) -> float:
+    return _best(_f1, prediction, label, extract, tail_chars)

@@ -1,0 +1,134 @@
+"""Rendering and state: the plan's templates + a rollout's values -> strings, values, state updates.
+
+Input: a `Plan` (its templates compiled once, lazily, per process) and the rollout's namespace.
+Output: rendered prompts/arguments, evaluated expressions, merged state.
+
+Invariants: a failing template or expression raises `RenderError` naming the plan location
+(file:line:col of the YAML or template file); values that arrive through variables — model output
+included — are data and are never compiled as templates; state merges follow the variable's
+declaration (overwrite / append / keyed) and its truncation limits.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from jinja2 import Undefined
+from jinja2.exceptions import TemplateError, UndefinedError
+
+from ..compilers.plan import Plan
+from ..spec.jinja import compile_expression, compile_template, make_env
+from ..spec.model import StateVar
+
+
+class RenderError(Exception):
+    """A template or expression failed at run time; `where` is file:line:col in the graph."""
+
+    def __init__(self, where: str | None, message: str):
+        super().__init__(f"{where}: {message}" if where else message)
+        self.where = where
+
+
+class NodeResult(dict):
+    """A node's result: a dict of fields whose str() is its text (so `{{ node }}` renders the text)."""
+
+    def __str__(self) -> str:
+        return str(self.get("text", ""))
+
+
+class Renderer:
+    """Compiles each template/expression of a plan once and renders it with located errors."""
+
+    def __init__(self, plan: Plan):
+        self.plan = plan
+        self.env = make_env()
+        self._cache: dict[tuple[str, str], Callable[[dict], Any]] = {}
+
+    def _compiled(self, text: str, mode: str) -> Callable[[dict], Any]:
+        key = (mode, text)
+        fn = self._cache.get(key)
+        if fn is None:
+            if mode == "expr":
+                fn = compile_expression(self.env, text)
+            else:
+                fn = compile_template(self.env, text, native=(mode == "native"))
+            self._cache[key] = fn
+        return fn
+
+    def _run(self, path: tuple, text: str, mode: str, ctx: dict) -> Any:
+        try:
+            value = self._compiled(text, mode)(ctx)
+            if isinstance(value, Undefined):
+                value._fail_with_undefined_error()
+            return value
+        except UndefinedError as exc:
+            raise RenderError(self.plan.span(*path), f"undefined value: {exc.message}") from None
+        except TemplateError as exc:
+            raise RenderError(self.plan.span(*path), f"template error: {exc}") from None
+        except Exception as exc:  # an error inside an expression (e.g. int('x')) is data-dependent
+            raise RenderError(self.plan.span(*path), f"{type(exc).__name__}: {exc}") from None
+
+    def text(self, path: tuple, text: str, ctx: dict) -> str:
+        return str(self._run(path, text, "text", ctx))
+
+    def value(self, path: tuple, value: Any, ctx: dict) -> Any:
+        """Render a (nested) value: strings are templates keeping native types; keys are rendered too."""
+        if isinstance(value, str):
+            return self._run(path, value, "native", ctx) if "{" in value else value
+        if isinstance(value, dict):
+            return {(self.text(path + (k,), k, ctx) if isinstance(k, str) and "{" in k else k):
+                    self.value(path + (k,), v, ctx) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.value(path + (i,), v, ctx) for i, v in enumerate(value)]
+        return value
+
+    def expr(self, path: tuple, text: str, ctx: dict) -> Any:
+        return self._run(path, text, "expr", ctx)
+
+
+def cut(text: str, limit: int | None, where: str = "middle") -> str:
+    """Shorten `text` to about `limit` characters, marking the cut."""
+    if limit is None or len(text) <= limit:
+        return text
+    marker = f"\n...[{len(text) - limit} characters cut]...\n"
+    if where == "end":
+        return text[:limit] + marker
+    if where == "start":
+        return marker + text[-limit:]
+    head = limit // 2
+    return text[:head] + marker + text[len(text) - (limit - head):]
+
+
+def _cut_value(decl: StateVar, value: Any) -> Any:
+    if decl.max_chars is None:
+        return value
+    if isinstance(value, str):
+        return cut(value, decl.max_chars, decl.cut)
+    if isinstance(value, dict):
+        return {k: _cut_value(decl, v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_cut_value(decl, v) for v in value]
+    return value
+
+
+def merge_state(state: dict[str, Any], name: str, decl: StateVar, value: Any) -> None:
+    """Apply one write to `state[name]` according to its declaration."""
+    value = _cut_value(decl, value)
+    if decl.merge == "overwrite":
+        state[name] = value
+        return
+    if decl.merge == "append":
+        items = list(state.get(name) or [])
+        items.append(value)
+    else:  # keyed
+        if not isinstance(value, dict):
+            raise TypeError(f"state '{name}' is keyed: an update must be a mapping {{key: value}}, got {type(value).__name__}")
+        merged = dict(state.get(name) or {})
+        for k, v in value.items():
+            merged.pop(k, None)
+            merged[k] = v
+        items = merged  # type: ignore[assignment]
+    if decl.max_items is not None and len(items) > decl.max_items:
+        items = (items[-decl.max_items:] if isinstance(items, list)
+                 else dict(list(items.items())[-decl.max_items:]))
+    state[name] = items

@@ -1,0 +1,86 @@
+"""The executor's ports: where engines, tokenizers, tools and rewards come from.
+
+Input: whatever the caller wires (local engine, SGLang URLs, a scripted engine in tests).
+Output: small protocols the executor depends on, plus `StaticEndpoints`, the plain implementation.
+
+Invariant: an unknown model name is an error (`UnknownModel`), never a silent fallback to another
+endpoint (slime's router falls back silently; graphrl does not).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Mapping, Protocol
+
+from ..engines.base import Engine
+from .chat import ChatRenderer
+
+
+class UnknownModel(LookupError):
+    pass
+
+
+class Endpoints(Protocol):
+    def engine(self, model: str) -> Engine: ...
+
+    def renderer(self, model: str) -> ChatRenderer: ...
+
+    def semaphore(self, model: str) -> asyncio.Semaphore | None: ...
+
+
+class StaticEndpoints:
+    """Engines by model name; one renderer for all unless given per model; optional concurrency caps."""
+
+    def __init__(self, engines: Mapping[str, Engine], renderer: ChatRenderer, *,
+                 renderers: Mapping[str, ChatRenderer] | None = None,
+                 max_concurrency: Mapping[str, int] | None = None):
+        self._engines = dict(engines)
+        self._renderer = renderer
+        self._renderers = dict(renderers or {})
+        self._caps = dict(max_concurrency or {})
+        self._sems: dict[str, asyncio.Semaphore] = {}
+
+    def engine(self, model: str) -> Engine:
+        try:
+            return self._engines[model]
+        except KeyError:
+            known = ", ".join(sorted(self._engines))
+            raise UnknownModel(f"no endpoint for model '{model}' (known: {known})") from None
+
+    def renderer(self, model: str) -> ChatRenderer:
+        return self._renderers.get(model, self._renderer)
+
+    def semaphore(self, model: str) -> asyncio.Semaphore | None:
+        cap = self._caps.get(model)
+        if cap is None:
+            return None
+        sem = self._sems.get(model)
+        if sem is None:
+            sem = self._sems[model] = asyncio.Semaphore(cap)
+        return sem
+
+    async def close(self) -> None:
+        for engine in {id(e): e for e in self._engines.values()}.values():
+            await engine.close()
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    text: str
+    ok: bool = True
+    error: str | None = None
+    data: Any = None  # a user tool's structured return value (dict), if any
+
+
+class ToolRunner(Protocol):
+    async def call(self, tool: str, args: dict[str, Any], *, timeout: float, max_chars: int | None) -> ToolResult: ...
+
+
+# judge(model, messages, max_tokens) -> text of the judge model's answer
+JudgeFn = Callable[[str, list[dict[str, Any]], int], Awaitable[str]]
+
+
+class RewardScorer(Protocol):
+    async def score(self, fn: str, args: dict[str, Any], *, judge_model: str | None,
+                    judge: JudgeFn) -> float | dict[str, Any]: ...

@@ -1,0 +1,1 @@
+"""Tools: sandboxed python, retrieval, user functions; `ToolBox` runs them by name."""

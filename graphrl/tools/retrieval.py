@@ -1,0 +1,39 @@
+"""Retrieval client: a query -> numbered documents, over `POST /retrieve {queries: [q], topk}`.
+
+Input: the service URL, one query, topk, a timeout. Output: `ToolResult` whose text lists the
+documents as "Doc 1: ...". Connection problems and bad responses are observations (ok=False).
+"""
+
+from __future__ import annotations
+
+import aiohttp
+
+from ..runtime.services import ToolResult
+
+
+def format_docs(docs: list) -> str:
+    lines = []
+    for i, d in enumerate(docs, 1):
+        if isinstance(d, dict):
+            body = d.get("contents") or d.get("text") or d.get("document") or ""
+            title = d.get("title")
+            body = f"{title}\n{body}" if title and title not in body else body
+        else:
+            body = str(d)
+        lines.append(f"Doc {i}: {str(body).strip()}")
+    return "\n".join(lines) if lines else "No documents found."
+
+
+async def retrieve(url: str, query: str, topk: int = 3, *, timeout: float = 30.0) -> ToolResult:
+    endpoint = url.rstrip("/") + ("" if url.rstrip("/").endswith("/retrieve") else "/retrieve")
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as s:
+            async with s.post(endpoint, json={"queries": [query], "topk": topk}) as resp:
+                if resp.status != 200:
+                    return ToolResult(f"[retrieval failed: HTTP {resp.status}]", ok=False, error=f"HTTP {resp.status}")
+                body = await resp.json()
+    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        return ToolResult(f"[retrieval failed: {type(exc).__name__}: {exc}]", ok=False, error=str(exc))
+    result = body.get("result", body) if isinstance(body, dict) else body
+    docs = result[0] if isinstance(result, list) and result and isinstance(result[0], list) else result
+    return ToolResult(format_docs(docs if isinstance(docs, list) else []))
