@@ -33,6 +33,15 @@ class Flow:
     start: str
 
 
+def _raw_case_keys(g: Graph, nid: str) -> dict[str, object]:
+    """Case value (as the model normalises it) -> the key as YAML read it (`true:` is a bool), for spans."""
+    raw = g.located.value.get("nodes", {}).get(nid, {}) if isinstance(g.located.value, dict) else {}
+    cases = raw.get("cases") if isinstance(raw, dict) else None
+    if not isinstance(cases, dict):
+        return {}
+    return {(str(k).lower() if isinstance(k, bool) else str(k)): k for k in cases}
+
+
 def build_flow(g: Graph) -> Flow:
     refs: list[Ref] = []
     if g.spec.start:
@@ -40,8 +49,9 @@ def build_flow(g: Graph) -> Flow:
     for nid, n in g.nodes.items():
         base = ("nodes", nid)
         if isinstance(n, SwitchNode):
+            raw_keys = _raw_case_keys(g, nid)
             for value, target in n.cases.items():
-                refs.append(Ref(nid, target, base + ("cases", value), f"case {value}"))
+                refs.append(Ref(nid, target, base + ("cases", raw_keys.get(value, value)), f"case {value}"))
             if n.default is not None:
                 refs.append(Ref(nid, n.default, base + ("default",), "default"))
         elif n.next is None:
@@ -50,6 +60,8 @@ def build_flow(g: Graph) -> Flow:
             for i, b in enumerate(n.next):
                 label = f"when {b.when}" if b.when is not None else ("next" if len(n.next) == 1 else "else")
                 refs.append(Ref(nid, b.goto, base + ("next", i, "goto"), label))
+        if getattr(n, "on_error", None) is not None:
+            refs.append(Ref(nid, n.on_error, base + ("on_error",), "on_error"))
         if n.max_visits is not None or n.token_budget is not None:
             refs.append(Ref(nid, n.on_limit or END, base + ("on_limit",), "on_limit"))
     dg = nx.DiGraph()

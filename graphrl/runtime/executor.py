@@ -185,12 +185,18 @@ class Executor:
             if node.foreach is not None:
                 ctx[node.foreach.as_] = item
                 ctx["loop"] = {"index": i, "count": len(items), "first": i == 0, "last": i == len(items) - 1}
-            if isinstance(node, LLMNode):
-                output = await self._llm(r, nid, node, visit, ctx)
-            elif isinstance(node, ToolNode):
-                output = await self._tool(r, nid, node, visit, ctx)
-            else:
-                output = NodeResult()
+            try:
+                if isinstance(node, LLMNode):
+                    output = await self._llm(r, nid, node, visit, ctx)
+                elif isinstance(node, ToolNode):
+                    output = await self._tool(r, nid, node, visit, ctx)
+                else:
+                    output = NodeResult()
+            except FAULTS as exc:
+                if getattr(node, "on_error", None) is None:
+                    raise
+                r.ns[nid] = NodeResult(text="", ok=False, error=f"{type(exc).__name__}: {exc}")
+                return node.on_error
             if r.status == "aborted":
                 return END
             ctx["output"] = output
@@ -400,6 +406,7 @@ class Executor:
         spec = self.plan.reward
         assert spec is not None
         ctx = self._ctx(r, 0)
+        ctx["usage"] = usage(r.calls)
         args = self.render.value(("reward", "args"), spec.args, ctx)
         return await self.rewards.score(spec.fn, args, judge_model=spec.judge, judge=self._judge)
 
@@ -420,6 +427,23 @@ class Executor:
             status = r.status if r.status in ("aborted", "failed") else s.status
             out.append(dataclasses.replace(s, index=i, rollout_id=r.inp.rollout_id, status=status, reward=credit))
         return tuple(out)
+
+
+def usage(calls: list[CallRecord]) -> dict[str, Any]:
+    """What a rollout used, for rewards: cost, latency, tokens, and calls per node and per endpoint."""
+    by_node: dict[str, int] = {}
+    by_endpoint: dict[str, dict[str, float]] = {}
+    for c in calls:
+        by_node[c.node] = by_node.get(c.node, 0) + 1
+        e = by_endpoint.setdefault(c.endpoint, {"calls": 0, "cost": 0.0, "latency_s": 0.0, "tokens": 0})
+        e["calls"] += 1
+        e["cost"] += c.cost
+        e["latency_s"] += c.latency_s
+        e["tokens"] += c.prompt_tokens + c.completion_tokens
+    return {"cost": sum(c.cost for c in calls), "latency_s": sum(c.latency_s for c in calls),
+            "prompt_tokens": sum(c.prompt_tokens for c in calls),
+            "completion_tokens": sum(c.completion_tokens for c in calls),
+            "calls": by_node, "endpoints": by_endpoint}
 
 
 def _scalar(reward: Any, key: str | None) -> Any:

@@ -51,10 +51,12 @@ def parse_expression(env: Environment, source: str) -> Parsed:
 
 
 def attribute_refs(ast: nodes.Node) -> list[tuple[str, str, int]]:
-    """(variable, attribute, lineno) for every `var.attr` and `var['attr']` in the AST."""
+    """(variable, attribute, lineno) for every `var.attr` and `var['attr']` in the AST, except on
+    names the template binds itself (loop variables, {% set %})."""
     out = []
+    bound = {n.name for n in ast.find_all(nodes.Name) if n.ctx in ("store", "param")}
     for node in ast.find_all((nodes.Getattr, nodes.Getitem)):
-        if isinstance(node.node, nodes.Name):
+        if isinstance(node.node, nodes.Name) and node.node.name not in bound:
             if isinstance(node, nodes.Getattr):
                 out.append((node.node.name, node.attr, node.lineno))
             elif isinstance(node.arg, nodes.Const) and isinstance(node.arg.value, str):

@@ -36,11 +36,12 @@ class TemplateSource:
     line: int  # line of the template's first line in `file`
     col: int  # column of its first character (1 for files and block scalars)
     inline: bool
+    block: bool = False  # a YAML | or > block: every line starts at `col` (its indentation is stripped)
 
     def span(self, template_line: int = 1, needle: str | None = None) -> Span:
         """The span of a template line; with `needle`, of its first whole-word occurrence there."""
         line = self.line + max(template_line, 1) - 1
-        col = self.col if template_line <= 1 else 1
+        col = self.col if template_line <= 1 or self.block else 1
         if needle:
             from .diagnostics import SourceCache
 
@@ -115,11 +116,37 @@ def _allowed_keys(model: type[BaseModel], loc: tuple) -> list[str]:
     return keys
 
 
+def _doc_loc(doc: Any, loc: tuple) -> tuple:
+    """A pydantic error location as a path into `doc`: union tags ('list[str]') are dropped unless
+    they are real keys, and keys pydantic reports as strings ('None', '5') map back to the YAML key."""
+    out: list[Any] = []
+    cur: Any = doc
+    for p in loc:
+        if isinstance(cur, dict):
+            key = p if p in cur else next((k for k in cur if str(k) == str(p)), _MISSING)
+            if key is not _MISSING:
+                out.append(key)
+                cur = cur[key]
+                continue
+        elif isinstance(cur, list) and isinstance(p, int) and 0 <= p < len(cur):
+            out.append(p)
+            cur = cur[p]
+            continue
+        if isinstance(p, str) and "[" in p:
+            continue
+        out.append(p)
+        cur = None
+    return tuple(out)
+
+
+_MISSING = object()
+
+
 def _pydantic_diagnostics(exc: ValidationError, model: type[BaseModel], prefix: tuple,
-                          loc_: Located) -> list[Diagnostic]:
+                          loc_: Located, doc: Any) -> list[Diagnostic]:
     out = []
     for err in exc.errors():
-        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and "[" in p))
+        loc = _doc_loc(doc, tuple(err["loc"]))
         path = prefix + loc
         typ = err["type"]
         if typ == "extra_forbidden":
@@ -135,7 +162,11 @@ def _pydantic_diagnostics(exc: ValidationError, model: type[BaseModel], prefix: 
         else:
             where = ".".join(str(p) for p in loc) or "value"
             msg = err["msg"].removeprefix("Value error, ")
-            out.append(Diagnostic("E003", f"{where}: {msg}", loc_.span(path)))
+            on_key = typ == "invalid_key" or err["loc"][-1:] == ("[key]",)  # the key itself is wrong
+            if on_key:
+                msg = f"keys must be strings, not {type(loc[-1]).__name__ if loc else 'this'}"
+            out.append(Diagnostic("E003", f"{where}: {msg}", loc_.span(path, key=on_key),
+                                  "quote the key" if on_key else None))
     return out
 
 
@@ -165,7 +196,7 @@ def load_graph(path: str | Path) -> tuple[Graph | None, list[Diagnostic]]:
     try:
         spec = GraphSpec.model_validate(doc)
     except ValidationError as exc:
-        diags += _pydantic_diagnostics(exc, GraphSpec, (), loc)
+        diags += _pydantic_diagnostics(exc, GraphSpec, (), loc, doc)
         spec = _without_unknown_keys(GraphSpec, doc, exc)
     nodes: dict[str, Node] = {}
     for nid, raw in (doc.get("nodes") or {}).items() if isinstance(doc.get("nodes"), dict) else ():
@@ -181,7 +212,7 @@ def load_graph(path: str | Path) -> tuple[Graph | None, list[Diagnostic]]:
         try:
             nodes[str(nid)] = cls.model_validate(raw)  # type: ignore[assignment]
         except ValidationError as exc:
-            diags += _pydantic_diagnostics(exc, cls, ("nodes", nid), loc)
+            diags += _pydantic_diagnostics(exc, cls, ("nodes", nid), loc, raw)
             node = _without_unknown_keys(cls, raw, exc)
             if node is not None:
                 nodes[str(nid)] = node  # type: ignore[assignment]
@@ -206,7 +237,7 @@ def _without_unknown_keys(model: type[BaseModel], doc: Any, exc: ValidationError
     doc = copy.deepcopy(doc)
     for e in errors:
         parent = doc
-        loc = [p for p in e["loc"] if not (isinstance(p, str) and "[" in p)]
+        loc = list(_doc_loc(doc, tuple(e["loc"])))
         try:
             for p in loc[:-1]:
                 parent = parent[p]
@@ -229,12 +260,48 @@ def _messages(spec: GraphSpec, nodes: dict[str, Node]) -> Iterator[tuple[tuple, 
                 yield ("nodes", nid, "prompt", i, m.role), m
 
 
+def _source_path(loc: Located, path: tuple, text: str) -> tuple:
+    """The located path of the string at `path`: a desugared shorthand (`prompt: "..."` ->
+    prompt.0.messages) lives at a prefix of it in the YAML."""
+    if path in loc.spans:
+        return path
+    for n in range(len(path) - 1, 0, -1):
+        prefix = path[:n]
+        if prefix in loc.spans:
+            value: Any = loc.value
+            try:
+                for p in prefix:
+                    value = value[p]
+            except (KeyError, IndexError, TypeError):
+                return path
+            return prefix if value == text else path
+    return path
+
+
 def _inline(loc: Located, path: tuple, text: str) -> TemplateSource:
+    path = _source_path(loc, path, text)
     span = loc.span(path)
     if path in loc.block_paths:
-        return TemplateSource(text, loc.file, span.line + 1, 1, inline=True)
+        return TemplateSource(text, loc.file, span.line + 1, _block_indent(loc, span.line, len(text.splitlines())) + 1,
+                              inline=True, block=True)
     quoted = 1 if loc.spans.get(path) and _is_quoted(loc, path) else 0
     return TemplateSource(text, loc.file, span.line, span.col + quoted, inline=True)
+
+
+def _block_indent(loc: Located, indicator_line: int, n_lines: int) -> int:
+    """Indentation of a block scalar: the least of its non-blank lines after the | or > line
+    (the first line decides, unless an explicit indentation indicator lets it be deeper)."""
+    from .diagnostics import SourceCache
+
+    cache = SourceCache()
+    indents = []
+    for line in range(indicator_line + 1, indicator_line + 1 + max(n_lines, 1)):
+        text = cache.line(loc.file, line)
+        if text is None:
+            break
+        if text.strip():
+            indents.append(len(text) - len(text.lstrip(" ")))
+    return min(indents, default=0)
 
 
 def _is_quoted(loc: Located, path: tuple) -> bool:

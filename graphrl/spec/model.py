@@ -198,6 +198,8 @@ class _NodeCommon(_Base):
 
 class _Flow(_NodeCommon):
     next: list[Branch] | None = Field(None, description="node id, or a list of {when, goto} ending with a default")
+    on_error: str | None = Field(None, description="where to go when this node fails (engine error, render error); "
+                                 "its result then has ok: false and error. Without it a failure ends the rollout")
 
 
 class LLMNode(_Flow):

@@ -14,13 +14,16 @@ from ...spec.load import Graph
 from ...spec.model import TERMINALS, SwitchNode
 from ..flow import Flow
 
-RESERVED = frozenset({"end", "abort", "row", "visit", "visits", "output", "threads", "loop", "item"})
+RESERVED = frozenset({"end", "abort", "row", "visit", "visits", "output", "threads", "loop", "item", "usage"})
 
 
 def unknown_targets(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
     known = set(g.nodes) | set(TERMINALS)
     for r in flow.refs:
-        if r.target not in known:
+        if r.label == "start" and r.target in TERMINALS:  # start must be a node: `start: end` runs nothing
+            yield Diagnostic("E101", f"start node '{r.target}' is not a node", g.span(*r.path),
+                             f"start names the first node to run: one of {', '.join(g.nodes)}")
+        elif r.target not in known:
             hint = did_you_mean(r.target, known) or f"known nodes: {', '.join(g.nodes)}; or end / abort"
             what = "start node" if r.label == "start" else "edge target"
             yield Diagnostic("E101", f"{what} '{r.target}' is not a node", g.span(*r.path), hint)
@@ -38,6 +41,12 @@ def unreachable(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
 
 def no_path_to_end(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
     finishing = set().union(*(nx.ancestors(flow.graph, t) for t in TERMINALS))
+    # A node with an edge to an unknown target (E101) may well finish once that target is fixed:
+    # it and its ancestors are not reported again as E103 (no cascades of one typo).
+    known = set(g.nodes) | set(TERMINALS)
+    dangling = {r.source for r in flow.refs if r.source and r.target not in known}
+    for nid in dangling:
+        finishing |= {nid} | nx.ancestors(flow.graph, nid)
     for nid in g.nodes:
         if nid not in finishing:
             yield Diagnostic("E103", f"from node '{nid}' no path leads to the end",

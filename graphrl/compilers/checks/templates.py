@@ -25,7 +25,7 @@ from ..flow import Flow
 GLOBALS = frozenset({"row", "visits", "threads"})
 ROW_FIELDS = frozenset({"prompt", "label", "metadata", "row"})
 AFTER_RUN = ("update", "next", "append_to")
-LLM_RESULT = frozenset({"text", "ok", "model", "finish_reason"})
+LLM_RESULT = frozenset({"text", "ok", "model", "finish_reason", "parse_error", "error"})
 TOOL_RESULT = frozenset({"text", "ok", "error"})
 
 
@@ -46,8 +46,8 @@ def _bound(g: Graph, flow: Flow, site: Site, env_globals: frozenset[str]) -> set
         return set(ROW_FIELDS) | env_globals
     names = set(GLOBALS) | set(g.spec.inputs) | set(g.spec.state) | env_globals
     nid = site.node
-    if nid is None:  # reward: every node may have run
-        return names | set(g.nodes)
+    if nid is None:  # reward: every node may have run, and the rollout's usage is known
+        return names | set(g.nodes) | {"usage"}
     names |= nx.ancestors(flow.graph, nid) & set(g.nodes)
     if _on_cycle(flow, nid):
         names.add(nid)

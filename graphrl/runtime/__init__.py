@@ -1,0 +1,1 @@
+"""The runtime: executor, trajectory ledger, chat-template token deltas, parsers, state."""

@@ -1,0 +1,397 @@
+"""Conversation threads, token-exact: messages + engine outputs -> the token ids of one conversation.
+
+Input: a Hugging Face tokenizer with a chat template (`ChatRenderer`); chat messages and tools; for
+every LLM call, the ids the engine returned.
+Output: a `ChatThread` whose `ids` are, by construction, exactly
+
+    prompt ids ++ output_1 ++ delta_1 ++ output_2 ++ delta_2 ++ ...
+
+where output_k are the engine's ids (never decoded and re-encoded) and delta_k is the tokenisation
+of new text only: what the template renders after output_k (the assistant turn's closing, the
+messages appended since — tool results, a user turn — and the next generation prompt).
+
+Continuing a thread after the model answered (`add_output`, `add_messages`, `prepare`):
+  * the assistant message kept in the history is `decode(output ids)` minus a final stop token; it
+    is used to render the template, never for training tokens;
+  * `prepare` renders the whole conversation once (generation prompt on) into A and checks that the
+    text the thread already holds, T = rendered prompt + outputs + earlier deltas, is a prefix of A.
+    That single check is the "rendering without the new messages is a prefix of the rendering with
+    them" condition, for every character the thread's tokens already cover; the delta is A[len(T):].
+    Each LLM call therefore costs exactly one render (A becomes the T of the next turn).
+Boundary rules (where the engine's tokens end and the delta begins):
+  * output ended with a stop token (`<|im_end|>`; any id in `stop_token_ids` or the finish reason's
+    matched id): if the template's closing starts with that token's text, it is consumed and the
+    delta starts right after it (ChatML: the delta starts with the "\n" after `<|im_end|>`);
+    otherwise (e.g. `<|endoftext|>` where the template closes with `<|im_end|>`) the sampled token
+    stays in the thread and the delta carries the template's full closing ("kept stop token");
+  * output stopped on a stop string, or was cut by length or by an abort: the template's closing is
+    missing, so the delta begins with it (ChatML: `<|im_end|>\n...`), masked like all delta tokens.
+Guarantees (checked at every `prepare`, except the last line):
+  * `ids` == prompt ids ++ outputs ++ deltas, exactly;
+  * the from-scratch rendering A of the conversation equals T + delta text, where T's assistant
+    parts are the decoded outputs; kept stop tokens are the only text in the ids but not in A;
+  * decode(ids) == A except for (a) kept stop tokens, (b) the tokenizer's normalisation of tokenised
+    text (Qwen: NFC), (c) U+FFFD where an output cut by length ends inside a UTF-8 sequence;
+  * delta ids equal the ids a from-scratch tokenisation of A gives for the same characters when the
+    delta starts at a pre-tokeniser boundary — true for ChatML templates, whose deltas start with a
+    special token or with "\n" after `<|im_end|>`. Not checked per call (that re-tokenises the whole
+    conversation); `ChatRenderer(strict=True)` checks it, the tests check it for Qwen.
+Non-append-only templates (e.g. Qwen3's, which drops `<think>` blocks of earlier assistant turns once
+a new user turn arrives) fail the prefix check: `NotAppendOnlyError` names the message and shows the
+first differing characters; with `on_drift="new_sample"` the thread instead restarts from a fresh
+rendering (a new prompt; the caller starts a new training sample).
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Iterable, Mapping, Sequence
+
+from graphrl.runtime.chat_template import TemplateRenderer, plain, template_message, template_tools
+
+
+class OnDrift(str, Enum):
+    """What `ChatThread.prepare` does when the template is not append-only."""
+
+    NEW_SAMPLE = "new_sample"  # restart the thread from a fresh rendering: a new training sample
+    FAIL = "fail"  # raise NotAppendOnlyError
+
+
+class NotAppendOnlyError(ValueError):
+    """Rendering the continued conversation changes text the thread's tokens already cover."""
+
+    def __init__(self, message: str, *, message_index: int | None, position: int,
+                 expected: str, actual: str):
+        super().__init__(message)
+        self.message_index = message_index  # index into the thread's messages, None: template glue
+        self.position = position  # first differing character of the rendered text
+        self.expected = expected  # the thread's text from `position` (an excerpt)
+        self.actual = actual  # the new rendering from `position` (an excerpt)
+
+
+class DeltaMismatchError(ValueError):
+    """strict mode: a delta tokenises differently than the from-scratch rendering does."""
+
+
+class ThreadStateError(RuntimeError):
+    """A thread method was called out of order (e.g. two outputs without a prepare between)."""
+
+
+@dataclass(frozen=True)
+class DeltaPart:
+    """ids[start:end] of a delta: message content ("observation") or template text ("template")."""
+
+    start: int
+    end: int
+    kind: str  # "observation" | "template"
+    message_index: int | None  # the thread message whose content it is (observations only)
+
+
+@dataclass(frozen=True)
+class ThreadDelta:
+    """What `prepare` adds. kind "prompt": `ids` are a whole new prompt (the first call, or a
+    restart after drift: start a new sample with them). kind "append": append `ids` (mask 0)."""
+
+    kind: str  # "prompt" | "append"
+    ids: tuple[int, ...]
+    text: str
+    parts: tuple[DeltaPart, ...] = ()  # covers ids exactly, in order (kind "append" only)
+    drift: str | None = None  # the NotAppendOnlyError message that caused a restart
+    kept_stop: bool = False  # the previous output's stop token stays in the thread (see module doc)
+
+
+_EXCERPT = 40
+
+
+class ChatRenderer:
+    """A tokenizer + its chat template. Stateless across conversations; threads hold the state."""
+
+    def __init__(self, tokenizer: Any, *, chat_template: str | None = None,
+                 stop_token_ids: Iterable[int] | None = None, strict: bool = False):
+        self.tokenizer = tokenizer
+        self.template = TemplateRenderer.for_tokenizer(tokenizer, chat_template)
+        self.strict = strict
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        self._backend = None if getattr(tokenizer, "split_special_tokens", False) else backend
+        if stop_token_ids is None:
+            stop_token_ids = _default_stop_ids(tokenizer)
+        self.stop_token_ids = frozenset(int(i) for i in stop_token_ids)
+
+    # -- text <-> ids -----------------------------------------------------------------------------
+    def encode(self, text: str) -> tuple[int, ...]:
+        """New text -> ids, no BOS/EOS added (the template writes every special token itself)."""
+        return tuple(self._encode(text)[0])
+
+    def _encode(self, text: str) -> tuple[list[int], Any]:
+        if self._backend is not None:
+            enc = self._backend.encode(text, add_special_tokens=False)
+            return enc.ids, enc
+        return list(self.tokenizer.encode(text, add_special_tokens=False)), None
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Ids -> text with special tokens and spacing kept (used for rendering, never training)."""
+        if self._backend is not None:
+            return self._backend.decode(list(ids), skip_special_tokens=False)
+        return self.tokenizer.decode(list(ids), skip_special_tokens=False,
+                                     clean_up_tokenization_spaces=False)
+
+    # -- rendering -------------------------------------------------------------------------------
+    def render(self, messages: Iterable[Mapping[str, Any]], *, tools: Sequence[Mapping] | None = None,
+               add_generation_prompt: bool = True, **variables: Any) -> str:
+        """Like `apply_chat_template(messages, tools=..., tokenize=False, **variables)`."""
+        return self.template.render([template_message(m) for m in messages],
+                                    tools=template_tools(tools),
+                                    add_generation_prompt=add_generation_prompt,
+                                    variables=plain(variables))
+
+    def start(self, messages: Iterable[Mapping[str, Any]], tools: Sequence[Mapping] | None = None,
+              **variables: Any) -> tuple[int, ...]:
+        """The prompt ids of a fresh conversation, generation prompt included (encoded once)."""
+        return self.encode(self.render(messages, tools=tools, add_generation_prompt=True, **variables))
+
+    def thread(self, messages: Iterable[Mapping[str, Any]], tools: Sequence[Mapping] | None = None,
+               **variables: Any) -> "ChatThread":
+        """A conversation thread; its first `prepare()` returns the prompt."""
+        return ChatThread(self, messages, tools=tools, variables=variables)
+
+
+def _default_stop_ids(tokenizer: Any) -> set[int]:
+    out: set[int] = set()
+    eos = getattr(tokenizer, "eos_token_id", None)
+    if isinstance(eos, int):
+        out.add(eos)
+    vocab_lookup = getattr(tokenizer, "convert_tokens_to_ids", None)
+    unk = getattr(tokenizer, "unk_token_id", None)
+    for text in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<end_of_turn>"):
+        if vocab_lookup is not None:
+            tid = vocab_lookup(text)
+            if isinstance(tid, int) and tid != unk:
+                out.add(tid)
+    return out
+
+
+class ChatThread:
+    """One conversation's token ids, grown only by appending. Not thread-safe; one per rollout path.
+
+    Cycle: prepare() -> [send `ids` to the engine] -> add_output(...) -> add_messages(...) -> prepare()
+    """
+
+    def __init__(self, renderer: ChatRenderer, messages: Iterable[Mapping[str, Any]], *,
+                 tools: Sequence[Mapping] | None = None, variables: Mapping[str, Any] | None = None):
+        self._r = renderer
+        self._tools = template_tools(tools)
+        self._vars = plain(dict(variables or {}))
+        self._messages: list[dict[str, Any]] = []
+        self._pending: list[dict[str, Any]] = [template_message(m) for m in messages]
+        self._ids: list[int] = []
+        self._ids_view: tuple[int, ...] | None = None
+        self._text = ""  # template-space text the ids stand for (see module doc)
+        self._content_start = 0  # where the last output's text starts in _text
+        self._tail = ""  # text of the stop token the last output ended with ("" if none)
+        self._state = "new"  # "new" -> "ready" <-> "answered"
+        self.prompt_length = 0
+
+    @property
+    def ids(self) -> tuple[int, ...]:
+        """All ids so far (what the next engine call is sent); cached until the thread grows."""
+        if self._ids_view is None or len(self._ids_view) != len(self._ids):
+            self._ids_view = tuple(self._ids)
+        return self._ids_view
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    @property
+    def text(self) -> str:
+        """The rendered conversation the ids stand for (last output's text, no closing, if answered)."""
+        return self._text
+
+    @property
+    def messages(self) -> tuple[dict[str, Any], ...]:
+        return tuple(self._messages) + tuple(self._pending)
+
+    @property
+    def state(self) -> str:
+        return self._state
+
+    def add_messages(self, messages: Iterable[Mapping[str, Any]]) -> None:
+        """Queue messages (tool results, a user turn); the next `prepare` renders them all at once."""
+        self._pending.extend(template_message(m) for m in messages)
+
+    def add_output(self, output_ids: Sequence[int], finish_reason: Any = None) -> str:
+        """Append the engine's ids verbatim; return the assistant text (stop token removed)."""
+        if self._state != "ready":
+            raise ThreadStateError(f"add_output needs a prepared thread (state {self._state!r})")
+        if self._pending:
+            raise ThreadStateError("messages were added after prepare() and before the output")
+        ids = [operator.index(i) for i in output_ids]
+        stops = self._r.stop_token_ids
+        matched = getattr(finish_reason, "matched", None)
+        if isinstance(matched, int) and not isinstance(matched, bool):
+            stops = stops | {matched}
+        if ids and ids[-1] in stops:
+            content, tail = self._r.decode(ids[:-1]), self._r.decode(ids[-1:])
+        else:
+            content, tail = self._r.decode(ids), ""
+        self._ids.extend(ids)
+        self._messages.append(template_message({"role": "assistant", "content": content}))
+        self._content_start = len(self._text)
+        self._text += content
+        self._tail = tail
+        self._state = "answered"
+        return content
+
+    def prepare(self, on_drift: OnDrift | str = OnDrift.FAIL) -> ThreadDelta:
+        """Render pending messages + the generation prompt; extend `ids` (see ThreadDelta.kind)."""
+        on_drift = OnDrift(on_drift)
+        if self._state == "new":
+            rendered = self._render(self._pending)  # may raise: then nothing has changed
+            self._messages, self._pending = self._pending, []
+            return self._restart(rendered, drift=None)
+        if self._state == "ready" and not self._pending:
+            return ThreadDelta("append", (), "", ())
+        history = self._messages + self._pending
+        rendered = self._render(history)
+        if not rendered.startswith(self._text):
+            error = self._drift_error(rendered, history)
+            if on_drift is OnDrift.FAIL:
+                raise error
+            self._messages, self._pending = history, []
+            return self._restart(rendered, drift=str(error))
+        pos = len(self._text)
+        kept = bool(self._tail) and not rendered.startswith(self._tail, pos)
+        if not kept:
+            pos += len(self._tail)
+        delta_text = rendered[pos:]
+        ids, enc = self._r._encode(delta_text)
+        if self._r.strict:
+            self._check_boundary(rendered, pos, ids)
+        first_new = len(self._messages)
+        new_messages = list(enumerate(self._pending, start=first_new))
+        self._ids.extend(ids)
+        self._text, self._tail, self._state = rendered, "", "ready"
+        self._messages, self._pending = history, []
+        parts = _label_parts(delta_text, ids, enc, new_messages)
+        return ThreadDelta("append", tuple(ids), delta_text, parts, kept_stop=kept)
+
+    # -- internals -------------------------------------------------------------------------------
+    def _render(self, messages: list[dict[str, Any]], generation_prompt: bool = True) -> str:
+        return self._r.template.render(messages, tools=self._tools,
+                                       add_generation_prompt=generation_prompt, variables=self._vars)
+
+    def _restart(self, rendered: str, drift: str | None) -> ThreadDelta:
+        ids = list(self._r.encode(rendered))
+        if not ids:
+            raise ValueError("the chat template rendered an empty prompt")
+        self._ids, self._text, self._tail, self._state = ids, rendered, "", "ready"
+        self._ids_view = None
+        self.prompt_length = len(ids)
+        return ThreadDelta("prompt", tuple(ids), rendered, (), drift=drift)
+
+    def _check_boundary(self, rendered: str, pos: int, ids: list[int]) -> None:
+        """strict: the from-scratch tokenisation of `rendered` has a token boundary at `pos` and
+        tokenises the rest to exactly `ids` (O(conversation): a debugging aid, off by default)."""
+        full, enc = self._r._encode(rendered)
+        if enc is not None and pos < len(rendered):
+            at = enc.char_to_token(pos)
+            ok = at is not None and enc.token_to_chars(at)[0] == pos and full[at:] == ids
+        else:
+            ok = full[len(full) - len(ids):] == ids
+        if not ok:
+            raise DeltaMismatchError(
+                f"the delta {rendered[pos:pos + _EXCERPT]!r} does not start at a token boundary "
+                f"of the full rendering (it merges with {rendered[max(0, pos - 10):pos]!r}): its "
+                f"ids {ids[:8]} differ from the from-scratch ids {full[len(full) - len(ids):][:8]}")
+
+    def _drift_error(self, rendered: str, history: list[dict[str, Any]]) -> NotAppendOnlyError:
+        old = self._text
+        p = _common_prefix(old, rendered)
+        index = self._message_at(p)
+        n_new = len(self._pending)
+        where = "the generation prompt / template glue" if index is None else (
+            f"message {index} ({history[index].get('role')!r})")
+        if index is not None and index == len(self._messages) - 1 and p >= self._content_start \
+                and self._state == "answered":
+            where += ", the model's own output: the template does not reproduce it verbatim"
+        return NotAppendOnlyError(
+            f"chat template is not append-only: rendering the conversation with {n_new} new "
+            f"message(s) changes text the thread already holds, at character {p} in {where}: "
+            f"the thread has {old[p:p + _EXCERPT]!r} but the template now renders "
+            f"{rendered[p:p + _EXCERPT]!r}",
+            message_index=index, position=p, expected=old[p:p + _EXCERPT],
+            actual=rendered[p:p + _EXCERPT])
+
+    def _message_at(self, position: int) -> int | None:
+        """Index of the thread message whose rendering covers `position` (error path only)."""
+        if self._state == "answered" and position >= self._content_start:
+            return len(self._messages) - 1
+        for j in range(1, len(self._messages) + 1):
+            try:
+                end = len(self._render(self._messages[:j], generation_prompt=False))
+            except Exception:  # some templates refuse partial conversations
+                continue
+            if end > position:
+                return j - 1
+        return None
+
+
+def _common_prefix(a: str, b: str) -> int:
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:  # binary search on equal prefixes: O(n log n) char compares in C
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _label_parts(text: str, ids: list[int], enc: Any,
+                 messages: list[tuple[int, dict[str, Any]]]) -> tuple[DeltaPart, ...]:
+    """Split delta ids into observation (a new message's content) and template runs.
+
+    Best effort, informational (every delta token has mask 0 whatever its label): a token is an
+    observation of message i when its first character lies inside i's content, found in order in
+    the delta text. Without character offsets (slow tokenizers) the whole delta is "template".
+    """
+    n = len(ids)
+    if n == 0:
+        return ()
+    if enc is None:
+        return (DeltaPart(0, n, "template", None),)
+    cuts: list[tuple[int, int, int]] = []  # (first token, end token, message index)
+    cursor = 0
+    for index, message in messages:
+        content = message.get("content")
+        if not isinstance(content, str) or not content:
+            continue
+        at = text.find(content, cursor)
+        if at < 0:
+            continue
+        cursor = at + len(content)
+        first, end = _token_at_or_after(enc, at, n), _token_at_or_after(enc, cursor, n)
+        if first < end:
+            cuts.append((first, end, index))
+    parts: list[DeltaPart] = []
+    pos = 0
+    for first, end, index in cuts:
+        if first < pos:
+            continue
+        if pos < first:
+            parts.append(DeltaPart(pos, first, "template", None))
+        parts.append(DeltaPart(first, end, "observation", index))
+        pos = end
+    if pos < n:
+        parts.append(DeltaPart(pos, n, "template", None))
+    return tuple(parts)
+
+
+def _token_at_or_after(enc: Any, char: int, n: int) -> int:
+    """Index of the first token whose first character is at or after `char` (n if none)."""
+    t = enc.char_to_token(char)
+    if t is None:  # past the end of the text
+        return n
+    start, _ = enc.token_to_chars(t)
+    return t if start >= char else t + 1
