@@ -165,8 +165,10 @@ def schema(out_file: str | None) -> None:
 @main.command()
 @click.option("--graphs-dir", default="graphs", show_default=True, type=click.Path(file_okay=False))
 @click.option("--out", "out_dir", default="build", show_default=True, type=click.Path(file_okay=False))
-def demo(graphs_dir: str, out_dir: str) -> None:
-    """The main job on the embedded default: check and compile every bundled graph.
+@click.option("--model", default="smollm2", show_default=True, help="Embedded model for the runs.")
+def demo(graphs_dir: str, out_dir: str, model: str) -> None:
+    """The main job on the embedded default: check and compile every bundled graph, then run the
+    hello graph over data/math.jsonl with the local engine (no server) and print the summary.
 
     \b
     Example:
@@ -174,27 +176,38 @@ def demo(graphs_dir: str, out_dir: str) -> None:
     """
     from .compilers.checks import check_file
     from .compilers.plan import lower, plan_json
+    from .runtime.cli_run import run_plan
     from .spec.diagnostics import has_errors
 
     files = sorted(Path(graphs_dir).glob("*.yaml"))
     if not files:
         raise click.UsageError(f"no graphs found in {graphs_dir}")
-    results = []
+    results, plans = [], {}
     for f in files:
         g, diags = check_file(f)
         results.append((str(f), diags))
         if g is not None and not has_errors(diags):
             target = Path(out_dir) / f.stem
             target.mkdir(parents=True, exist_ok=True)
-            plan = lower(g)
+            plan = plans[f.stem] = lower(g)
             (target / "plan.json").write_text(plan_json(plan), encoding="utf-8")
-            kinds = {}
+            kinds: dict[str, int] = {}
             for n in plan.nodes.values():
                 kinds[n.kind] = kinds.get(n.kind, 0) + 1
             click.echo(f"{f}: {len(plan.nodes)} nodes ({', '.join(f'{v} {k}' for k, v in kinds.items())}), "
                        f"trained: {', '.join(plan.training.trained_nodes) or '-'}, "
                        f"fan-out: {'yes' if plan.training.fanout else 'no'} -> {target / 'plan.json'}")
-    sys.exit(_report(results, False))
+    code = _report(results, False)
+    if code != EXIT_OK:
+        sys.exit(code)
+    runs = [("hello", "data/math.jsonl")]
+    for name, data in runs:
+        out = Path(out_dir) / name / "trajectories.jsonl"
+        out.unlink(missing_ok=True)
+        click.echo(f"\n== graphrl run {name} over {data} (engine local, model {model}) ==")
+        summary = run_plan(plans[name], data, out, model=model, n_samples=2, concurrency=4, seed=0)
+        click.echo(summary.table())
+        click.echo(f"trajectories: {out}")
 
 
 def _register_optional() -> None:

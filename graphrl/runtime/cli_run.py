@@ -52,26 +52,37 @@ def run_command(graph, data, out_path, engine, model, url, tokenizer, endpoints,
       graphrl run graphs/hello.yaml --data data/math.jsonl --out out/hello.jsonl --n-samples 2
       graphrl run graphs/agentflow.yaml --data d.jsonl --out t.jsonl --engine sglang --url http://127.0.0.1:30000
     """
-    from ..cli import EXIT_INVALID, _report
+    from ..cli import _report
     from ..compilers.plan import plan_from_path
+
+    plan, diags = plan_from_path(graph)
+    if plan is None:
+        sys.exit(_report([(graph, diags)], False))
+    if engine == "sglang" and not url and "policy" not in _pairs(endpoints):
+        raise click.UsageError("--engine sglang needs --url (the policy's SGLang server)")
+    summary = run_plan(plan, data, out_path, engine=engine, model=model, url=url, tokenizer=tokenizer,
+                       endpoints=_pairs(endpoints), n_samples=n_samples, concurrency=concurrency, limit=limit,
+                       seed=seed, temperature=temperature, device=device, progress=not quiet)
+    click.echo(f"{plan.name}: wrote {out_path}")
+    click.echo(summary.table())
+
+
+def run_plan(plan, data, out_path, *, engine="local", model="smollm2", url=None, tokenizer="qwen", endpoints=None,
+             n_samples=1, concurrency=8, limit=None, seed=0, temperature=1.0, device=None, progress=True):
+    """Run a plan over a JSONL file; returns the RunSummary. Usage problems raise click.UsageError."""
     from ..engines.factory import WiringError, build_endpoints
     from ..rewards.scorer import RewardBox
     from ..tools.registry import ToolBox
     from .executor import Executor
     from .runner import read_rows, run_dataset
 
-    plan, diags = plan_from_path(graph)
-    if plan is None:
-        sys.exit(_report([(graph, diags)], False))
     try:
         rows = read_rows(data, limit)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
-    if engine == "sglang" and not url and "policy" not in _pairs(endpoints):
-        raise click.UsageError("--engine sglang needs --url (the policy's SGLang server)")
     try:
         eps = build_endpoints(plan, engine=engine, model=model, url=url, tokenizer=tokenizer,
-                              endpoints=_pairs(endpoints), device=device)
+                              endpoints=endpoints or {}, device=device)
     except WiringError as exc:
         raise click.UsageError(str(exc)) from None
     search = [Path(plan.source.get("file", ".")).parent, Path(".")]
@@ -82,10 +93,8 @@ def run_command(graph, data, out_path, engine, model, url, tokenizer, endpoints,
     async def main():
         try:
             return await run_dataset(executor, rows, out_path, n_samples=n_samples, concurrency=concurrency,
-                                     seed=seed, decode=decode, progress=not quiet)
+                                     seed=seed, decode=decode, progress=progress)
         finally:
             await eps.close()
 
-    summary = asyncio.run(main())
-    click.echo(f"{plan.name}: wrote {out_path}")
-    click.echo(summary.table())
+    return asyncio.run(main())

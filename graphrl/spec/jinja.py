@@ -69,7 +69,10 @@ def compile_template(env: Environment, source: str, *, native: bool = False) -> 
     if native:
         m = _SINGLE_EXPR.match(source)
         if m:
-            return compile_expression(env, m.group(1))
+            try:
+                return compile_expression(env, m.group(1))
+            except TemplateSyntaxError:  # e.g. "{{ a }} text }}": not one expression after all
+                pass
     tmpl = env.from_string(source)
     return tmpl.render
 

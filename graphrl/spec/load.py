@@ -183,7 +183,7 @@ def load_graph(path: str | Path) -> tuple[Graph | None, list[Diagnostic]]:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        return None, [Diagnostic("E007", f"cannot read graph file: {exc.strerror or exc}", Span(file, 1, 1))]
+        return None, [Diagnostic("E007", f"cannot read graph file: {getattr(exc, 'strerror', None) or exc}", Span(file, 1, 1))]
     loc = load_yaml(text, file)
     diags = list(loc.diagnostics)
     if any(d.code == "E001" for d in diags):

@@ -50,6 +50,9 @@ def _span(file: str, node: yaml.Node) -> Span:
     return Span(file, start.line + 1, start.column + 1, end_col)
 
 
+_COLLECTION_TAGS = ("tag:yaml.org,2002:map", "tag:yaml.org,2002:seq")
+
+
 class _Walker:
     def __init__(self, file: str, loc: Located):
         self.file = file
@@ -60,6 +63,9 @@ class _Walker:
         if depth > 200:
             raise yaml.YAMLError("document nested too deeply (or a recursive alias)")
         self.loc.spans[path] = _span(self.file, node)
+        if not isinstance(node, yaml.ScalarNode) and node.tag not in _COLLECTION_TAGS:
+            # scalars with unknown tags fail in construct_object; collections must not pass silently
+            raise yaml.constructor.ConstructorError(None, None, f"unsupported tag '{node.tag}'", node.start_mark)
         if isinstance(node, yaml.MappingNode):
             self.constructor.flatten_mapping(node)  # YAML merge keys (<<)
             out: dict[Any, Any] = {}
@@ -115,6 +121,11 @@ def load_yaml(text: str, file: str) -> Located:
         return loc
     try:
         loc.value = _Walker(file, loc).walk(docs[0], ())
+    except yaml.MarkedYAMLError as exc:  # e.g. a tag outside the safe set
+        mark = exc.problem_mark or exc.context_mark
+        span = Span(file, mark.line + 1, mark.column + 1) if mark else Span(file, 1, 1)
+        msg = " ".join(str(p) for p in (exc.context, exc.problem) if p) or "invalid YAML"
+        loc.diagnostics.append(Diagnostic("E001", f"YAML error: {msg}", span))
     except yaml.YAMLError as exc:
         loc.diagnostics.append(Diagnostic("E001", f"YAML error: {exc}", Span(file, 1, 1)))
     return loc

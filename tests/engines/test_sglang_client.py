@@ -418,13 +418,13 @@ def test_one_session_for_many_concurrent_calls_and_new_loop_ok():
             session = engine._session
             await engine.generate([1], {})
             assert engine._session is session
+            await engine.close()  # sessions belong to a loop: close before the loop ends
         return fake, gens
 
     fake, gens = run(main())
     assert len(fake.requests) == 300 + 1 and all(g.output_ids == (5, 6, 7) for g in gens)
-    fake2, _ = run(main())  # a second event loop gets a fresh session
+    fake2, _ = run(main())  # the same engine in a second event loop gets a fresh session
     assert len(fake2.requests) == 301
-    run(engine.close())
 
 
 def test_external_session_is_used_and_not_closed():
