@@ -77,6 +77,7 @@ class _Rollout:
     visits: dict[str, int] = field(default_factory=dict)
     threads: dict[str, ChatThread] = field(default_factory=dict)
     thread_samples: dict[str, SampleBuilder] = field(default_factory=dict)
+    owners: dict[tuple[str, int], tuple[str, int]] = field(default_factory=dict)  # (thread, msg) -> (node, visit)
     samples: list[Any] = field(default_factory=list)  # TrainingSample or SampleBuilder, creation order
     path: list[tuple[str, int]] = field(default_factory=list)
     calls: list[CallRecord] = field(default_factory=list)
@@ -205,7 +206,9 @@ class Executor:
             self._updates(r, nid, node, ctx)
             if node.append_to is not None:
                 content = self.render.text(("nodes", nid, "append_to", "content"), node.append_to.content, ctx)
-                self._thread(r, node.append_to.thread).add_messages([{"role": node.append_to.role, "content": content}])
+                thread = self._thread(r, node.append_to.thread)
+                r.owners[(node.append_to.thread, len(thread.messages))] = (nid, visit)
+                thread.add_messages([{"role": node.append_to.role, "content": content}])
             if abort is not None and abort.is_set():
                 break
         ctx = self._ctx(r, r.visits.get(nid, 0))
@@ -347,8 +350,10 @@ class Executor:
                     r.samples.append(thread_builder)
                 elif delta.ids:
                     for part in delta.parts:
-                        thread_builder.append(delta.ids[part.start:part.end], mask=0, node=nid, visit=visit,
-                                              kind=part.kind)
+                        # observation tokens are attributed to the node that appended the message
+                        owner = r.owners.get((node.thread, part.message_index), (nid, visit))
+                        thread_builder.append(delta.ids[part.start:part.end], mask=0, node=owner[0],
+                                              visit=owner[1], kind=part.kind)
             ids = thread.ids
         else:
             ids = renderer.start(self._messages(("nodes", nid, "prompt"), node.prompt, ctx))

@@ -322,9 +322,11 @@ def _read_template_files(spec: GraphSpec, nodes: dict[str, Node], file: str, loc
             tfile = base / content
             try:
                 out[path] = TemplateSource(tfile.read_text(encoding="utf-8"), str(tfile), 1, 1, inline=False)
-            except (OSError, UnicodeDecodeError):
+            except (OSError, UnicodeDecodeError) as exc:
                 near = [p.name for p in tfile.parent.glob("*.j2")] if tfile.parent.is_dir() else []
-                diags.append(Diagnostic("E007", f"template file not found: {tfile}", loc.span(path),
+                what = (f"template file not found: {tfile}" if isinstance(exc, FileNotFoundError)
+                        else f"cannot read template file {tfile}: {getattr(exc, 'strerror', None) or exc}")
+                diags.append(Diagnostic("E007", what, loc.span(path),
                                         did_you_mean(tfile.name, near)
                                         or f"template paths are relative to {base}"))
     return out

@@ -104,9 +104,9 @@ def test_inline_sources_point_into_the_yaml(graph_file):
     span = quoted.span(1, "question")
     assert (span.line, span.col, span.end_col) == (10, 19, 27)
     block = by_path[("nodes", "note", "update", "notes")]
-    assert (block.line, block.col) == (41, 9)  # first line of the | block, its indentation stripped
+    assert (block.line, block.col) == (30, 9)  # first line of the | block, its indentation stripped
     span = block.span(2, "run")
-    assert (span.line, span.col, span.end_col) == (42, 12, 15)
+    assert (span.line, span.col, span.end_col) == (31, 12, 15)
 
 
 def test_prompt_shorthand_block_is_located(tmp_path):
@@ -159,3 +159,15 @@ def test_templates_key_sets_the_template_directory(tmp_path):
 def test_bundled_graphs_load_cleanly(graph):
     g, diags = load_graph(graph)
     assert g is not None and diags == []
+
+
+def test_unreadable_template_file_is_e007_with_the_reason(tmp_path):
+    (tmp_path / "bad.j2").write_bytes(b"\xff\xfe{{ x }}")
+    (tmp_path / "dir.j2").mkdir()
+    f = tmp_path / "g.yaml"
+    f.write_text("name: g\nnodes:\n  a: {llm: policy, prompt: [user: bad.j2, system: dir.j2]}\n")
+    g, diags = load_graph(f)
+    assert g is None
+    assert [d.code for d in diags] == ["E007", "E007"]
+    assert "cannot read template file" in diags[0].message and "utf-8" in diags[0].message
+    assert "cannot read template file" in diags[1].message
