@@ -116,14 +116,18 @@ def check(graphs: tuple[str, ...], as_json: bool) -> None:
               help="Output directory (created if missing).")
 @click.option("--json", "as_json", is_flag=True, help="Print diagnostics as JSON on stdout.")
 def compile_(graph: str, out_dir: str, as_json: bool) -> None:
-    """Check a graph and write its frozen plan to OUT/plan.json.
+    """Check a graph and compile it for slime into OUT.
+
+    Writes OUT/plan.json (the frozen plan), OUT/graphrl_<name>.py (slime's generate / reward
+    functions), OUT/slime_args.yaml, OUT/launch.sh, OUT/README.md (+ OUT/sglang_config.yaml when
+    slime serves frozen models).
 
     \b
     Example:
       graphrl compile graphs/memagent.yaml -o build/memagent
     """
     from .compilers.checks import check_file
-    from .compilers.plan import lower, plan_json
+    from .compilers.plan import lower
     from .spec.diagnostics import has_errors
 
     g, diags = check_file(graph)
@@ -131,14 +135,11 @@ def compile_(graph: str, out_dir: str, as_json: bool) -> None:
         sys.exit(_report([(graph, diags)], as_json))
     if diags:
         _report([(graph, diags)], as_json)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    text = plan_json(lower(g))
-    tmp = out / "plan.json.tmp"
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(out / "plan.json")
+    from .compilers.slime.emit import write_slime_target
+
+    written = write_slime_target(lower(g), out_dir)
     if not as_json:
-        click.echo(f"wrote {out / 'plan.json'}")
+        click.echo("wrote " + ", ".join(str(p) for p in written))
 
 
 @main.command()

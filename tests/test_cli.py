@@ -91,6 +91,14 @@ def test_check_missing_file_is_a_diagnostic():
     assert "error[E007]" in r.stderr
 
 
+def test_check_non_utf8_file_is_a_diagnostic_not_a_crash(tmp_path: Path):
+    f = tmp_path / "latin1.yaml"
+    f.write_bytes("name: caf\xe9\nnodes: {}\n".encode("latin-1"))
+    r = cli("check", str(f))
+    assert r.exit_code == 3
+    assert "error[E007]: cannot read graph file" in r.stderr
+
+
 def test_check_json_shape():
     r = cli("check", "--json", HELLO, BAD, WARN)
     assert r.exit_code == 3

@@ -13,7 +13,8 @@ Invariants:
     cache (prefix_cache.py) reuses the KV of the longest common prefix with recent sequences;
     `cached_tokens` says how many prompt tokens were reused.
   * requests run one at a time, in arrival order, on one worker thread (the event loop is never
-    blocked); each request has its own `torch.Generator` (seeded by `sampling_seed`, else from this
+    blocked). That thread uses `num_threads` torch intra-op threads (default 1: decode steps are
+    small ops, and on a busy CPU two threads measured ~10x slower than one); each request has its own `torch.Generator` (seeded by `sampling_seed`, else from this
     engine's own RNG), so a seeded request gives the same tokens whatever ran before it.
   * cancellation: `abort(rid)`, or cancelling the awaiting task, sets a flag checked before each
     token; the request then finishes with type "abort" and the tokens sampled so far.
@@ -72,6 +73,7 @@ class LocalEngine:
         prefix_cache_entries: int = 4,
         prefix_cache_tokens: int = 65536,
         context_length: int | None = None,
+        num_threads: int | None = 1,
         name: str = "local",
     ):
         import torch
@@ -92,7 +94,11 @@ class LocalEngine:
         self._rng = random.Random(seed)
         self._prefix = PrefixCache(prefix_cache_entries, prefix_cache_tokens)
         self._requests: dict[str, _Request] = {}
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"graphrl-{name}")
+        # Intra-op threads are a per-thread setting in torch: this changes the worker only.
+        init = (lambda: torch.set_num_threads(num_threads)) if num_threads else None
+        self._executor = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix=f"graphrl-{name}", initializer=init
+        )
         self._closed = False
         params = inspect.signature(model.forward).parameters
         self._keep_kw = next((k for k in ("logits_to_keep", "num_logits_to_keep") if k in params), None)

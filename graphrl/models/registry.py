@@ -175,6 +175,7 @@ def load_model(name_or_path: str | Path) -> tuple[Any, Any]:
 
     `tiny` comes with the process-wide memoised Qwen tokenizer (do not mutate it).
     """
+    _torch_transformers("loading a model")
     tokenizer = None
     if str(name_or_path) == "tiny":
         from graphrl.models.tokenizer import qwen_tokenizer

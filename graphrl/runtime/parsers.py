@@ -44,17 +44,19 @@ def strip_markdown(text: str) -> str:
 def last_boxed(text: str) -> str | None:
     """Content of the last \\boxed{...} (or \\fbox{...}), nested braces counted; None if absent/unclosed."""
     starts = [m.end() for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text)]
-    for start in reversed(starts):
-        depth, i = 1, start
-        while i < len(text):
-            c = text[i]
-            if c == "{":
-                depth += 1
-            elif c == "}":
-                depth -= 1
-                if depth == 0:
-                    return text[start:i]
-            i += 1
+    if not starts:
+        return None
+    # Only the last one counts: an unclosed last \boxed{ (a cut-off answer) is no answer, never an
+    # earlier, superseded \boxed{} (as slime's/MATH's last_boxed_only_string).
+    depth, start = 1, starts[-1]
+    for i in range(start, len(text)):
+        c = text[i]
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return text[start:i]
     return None
 
 

@@ -213,7 +213,7 @@ def prompt_strings(tree: dict) -> list[tuple]:
 # ---------------------------------------------------------------- the properties
 
 
-@settings(max_examples=70 * FUZZ, **SETTINGS)
+@settings(max_examples=60 * FUZZ, **SETTINGS)
 @given(data=st.data())
 def test_random_tree_mutations_never_raise(workdir, data):
     name = data.draw(st.sampled_from(NAMES), label="graph")
@@ -237,6 +237,20 @@ def test_random_text_mutations_never_raise(workdir, data):
         piece = data.draw(st.one_of(st.text(max_size=6), st.sampled_from(WEIRD_STRINGS)))
         text = text[:i] + piece + text[i:]
     run_check(workdir, text)
+
+
+@settings(max_examples=10 * FUZZ, **SETTINGS)
+@given(data=st.data())
+def test_random_bytes_never_raise(workdir, data):
+    """Byte-level: corrupt the file's encoding (invalid UTF-8 is E007, never a crash)."""
+    name = data.draw(st.sampled_from(NAMES), label="graph")
+    raw = TEXTS[name].encode("utf-8")
+    i = data.draw(st.integers(0, len(raw)), label="at")
+    raw = raw[:i] + data.draw(st.binary(min_size=1, max_size=8), label="bytes") + raw[i:]
+    f = workdir / "graphs" / "mutant.yaml"
+    f.write_bytes(raw)
+    _, diags = check_file(f)
+    assert all(isinstance(d, Diagnostic) for d in diags)
 
 
 @settings(max_examples=20 * FUZZ, **SETTINGS)

@@ -1,0 +1,1 @@
+"""The slime target: compiled generate/reward functions, launch files, and `graphrl launch`."""
