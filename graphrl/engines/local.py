@@ -37,6 +37,7 @@ from typing import Any, Mapping, Sequence
 from graphrl.engines.base import EngineError, FinishReason, Generation
 from graphrl.engines.prefix_cache import PrefixCache
 from graphrl.engines.sampling import LOGPROB_MODES, SamplingParams, sample_next
+from graphrl.models.errors import require
 
 
 @dataclass(frozen=True)
@@ -76,8 +77,7 @@ class LocalEngine:
         num_threads: int | None = 1,
         name: str = "local",
     ):
-        import torch
-
+        torch = require("torch", "the local engine")
         if logprob_mode not in LOGPROB_MODES:
             raise ValueError(f"logprob_mode must be one of {LOGPROB_MODES}, got {logprob_mode!r}")
         self._torch = torch
@@ -94,7 +94,7 @@ class LocalEngine:
         self._rng = random.Random(seed)
         self._prefix = PrefixCache(prefix_cache_entries, prefix_cache_tokens)
         self._requests: dict[str, _Request] = {}
-        # Intra-op threads are a per-thread setting in torch: this changes the worker only.
+        # torch's intra-op thread count is per thread (OpenMP builds): this changes the worker only.
         init = (lambda: torch.set_num_threads(num_threads)) if num_threads else None
         self._executor = ThreadPoolExecutor(
             max_workers=1, thread_name_prefix=f"graphrl-{name}", initializer=init

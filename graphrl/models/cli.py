@@ -20,12 +20,23 @@ from graphrl.models.errors import UnknownModel
 
 @click.group("models")
 def models_command() -> None:
-    """Built-in models (tiny, smollm2) and Hugging Face checkpoint export."""
+    """Built-in models (tiny, smollm2) and Hugging Face checkpoint export.
+
+    \b
+    Example:
+      graphrl models list
+      graphrl models export smollm2 build/smollm2-hf
+    """
 
 
 @models_command.command("list")
 def list_command() -> None:
-    """Show the built-in model names."""
+    """Show the built-in model names.
+
+    \b
+    Example:
+      graphrl models list
+    """
     from graphrl.models.registry import MODEL_NAMES
 
     descriptions = {
@@ -41,7 +52,16 @@ def list_command() -> None:
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--force", is_flag=True, help="Write into DIRECTORY even if it is not empty.")
 def export_command(name: str, directory: Path, force: bool) -> None:
-    """Write model NAME (tiny, smollm2, or a HF model directory) as a HF checkpoint in DIRECTORY."""
+    """Write model NAME (tiny, smollm2, or a HF model directory) as a HF checkpoint in DIRECTORY.
+
+    The directory holds config.json, model.safetensors and the tokenizer files with the chat
+    template: what slime's --hf-checkpoint and SGLang's --model-path read.
+
+    \b
+    Example:
+      graphrl models export tiny build/tiny-hf
+      graphrl models export smollm2 /data/smollm2 --force
+    """
     from graphrl.models.registry import export
 
     try:
