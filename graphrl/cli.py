@@ -217,7 +217,10 @@ def _register_optional() -> None:
 
     for module, attr in (("graphrl.engines.server_cli", "serve_command"),
                          ("graphrl.models.cli", "models_command"),
-                         ("graphrl.runtime.cli_run", "run_command")):
+                         ("graphrl.runtime.cli_run", "run_command"),
+                         ("graphrl.viz.cli", "visualize_command"),
+                         ("graphrl.compilers.slime.launch", "launch_command"),
+                         ("graphrl.tools.retrieval_server", "serve_retrieval_command")):
         try:
             mod = importlib.import_module(module)
         except ImportError:

@@ -2,7 +2,8 @@
 
 `normalize_math` removes presentation (spaces, $, \\left/\\right, \\!, \\text{}, trailing dot,
 `\\dfrac`->`\\frac`, degree marks, "x =" prefixes) and `math_equivalent` also compares numeric
-values (integers, decimals, simple fractions, percentages) when both sides parse as numbers.
+values (integers, decimals, simple fractions, percentages) when both sides parse as numbers; a
+percentage matches both its number and its fraction ("50\\%" equals "50" and "0.5").
 """
 
 from __future__ import annotations
@@ -30,23 +31,29 @@ def normalize_math(answer: str) -> str:
 
 
 def _number(s: str) -> Fraction | None:
+    """The value of a plain number (integer, decimal, 1,000-style, a/b, \\frac{a}{b}); None otherwise."""
     s = s.replace(",", "") if re.fullmatch(r"-?\d{1,3}(,\d{3})+(\.\d+)?", s) else s
-    pct = s.endswith("%")
-    s = s.rstrip("%")
     m = re.fullmatch(r"(-?)\\frac\{(-?\d+)\}\{(-?\d+)\}", s)
     try:
         if m:
-            value = Fraction(int(m.group(2)), int(m.group(3))) * (-1 if m.group(1) else 1)
-        elif re.fullmatch(r"-?\d+/\d+", s):
+            return Fraction(int(m.group(2)), int(m.group(3))) * (-1 if m.group(1) else 1)
+        if re.fullmatch(r"-?\d+/\d+", s):
             a, b = s.split("/")
-            value = Fraction(int(a), int(b))
-        elif re.fullmatch(r"-?\d+(\.\d+)?", s):
-            value = Fraction(s)
-        else:
-            return None
+            return Fraction(int(a), int(b))
+        if re.fullmatch(r"-?\d+(\.\d+)?", s):
+            return Fraction(s)
     except (ValueError, ZeroDivisionError):
         return None
-    return value / 100 if pct else value
+    return None
+
+
+def _values(s: str) -> set[Fraction]:
+    """A percentage stands for itself and for its fraction: "50%" -> {50, 1/2} (so it matches "50" and "0.5")."""
+    pct = s.endswith("%")
+    v = _number(s[:-1] if pct else s)
+    if v is None:
+        return set()
+    return {v, v / 100} if pct else {v}
 
 
 def math_equivalent(prediction: str, label: str) -> bool:
@@ -55,5 +62,4 @@ def math_equivalent(prediction: str, label: str) -> bool:
         return False
     if p == g:
         return True
-    pn, gn = _number(p), _number(g)
-    return pn is not None and gn is not None and pn == gn
+    return bool(_values(p) & _values(g))

@@ -1,7 +1,9 @@
 """Text-answer rewards: prediction + gold answer(s) -> score in [0, 1].
 
-Normalisation (SQuAD style): lower-case, drop punctuation and the articles a/an/the, collapse
-whitespace. A label may be a list of gold answers: the score is the max over them.
+Normalisation: LaTeX presentation is stripped first (`\\text{x}` and similar wrappers keep their
+content; `$`, `\\(`, `\\)`, `\\[`, `\\]` and spacing commands go), then SQuAD style: lower-case, drop
+punctuation and the articles a/an/the, collapse whitespace. A label may be a list of gold answers:
+the score is the max over them.
 `extract="boxed"` scores the last \\boxed{} of the prediction (of its last `tail_chars` characters
 when given) instead of the whole text; no \\boxed{} scores 0.
 """
@@ -17,10 +19,21 @@ from ..runtime.parsers import last_boxed
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCT = str.maketrans("", "", string.punctuation)
+_WRAPPER = re.compile(r"\\(?:text|textbf|textit|texttt|textrm|mathrm|mathbf|mathit|mbox|operatorname)\s*\{([^{}]*)\}")
+_DELIMS = re.compile(r"\$|\\[()\[\]]")
+_SPACING = re.compile(r"\\[,;:! ]|~")
+
+
+def strip_latex(text: str) -> str:
+    """LaTeX presentation -> plain text: wrappers keep their content, math delimiters and spacing go."""
+    s, previous = str(text), None
+    while s != previous:  # nested wrappers, innermost first
+        previous, s = s, _WRAPPER.sub(r"\1", s)
+    return _SPACING.sub(" ", _DELIMS.sub("", s))
 
 
 def normalize(text: Any) -> str:
-    s = str(text).lower().translate(_PUNCT)
+    s = strip_latex(str(text)).lower().translate(_PUNCT)
     return " ".join(_ARTICLES.sub(" ", s).split())
 
 

@@ -1,16 +1,33 @@
 """`graphrl run`: execute a graph over a dataset without training (debugging, evaluation).
 
-Input: a graph (YAML or compiled plan.json), JSONL rows, engine options.
-Output: trajectory JSONL (see graphrl.runtime.runner) and a summary table on stdout.
+Input: a graph (YAML or compiled plan.json), JSONL rows, engine options; optionally a cap on every
+llm node's max_tokens (and the judge's), and metadata set on every row (e.g. a service URL the
+graph reads from `metadata`).
+Output: trajectory JSONL (see graphrl.runtime.runner) and a summary table on stdout. A graph with a
+group reward (reward.group) gets it applied per prompt group (graphrl.rewards.group_run).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from pathlib import Path
 
 import click
+
+
+def _metadata(values: tuple[str, ...]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for v in values:
+        key, sep, raw = v.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"expected KEY=VALUE, got {v!r}", param_hint="--metadata")
+        try:
+            out[key] = json.loads(raw)
+        except ValueError:
+            out[key] = raw
+    return out
 
 
 def _pairs(values: tuple[str, ...]) -> dict[str, str]:
@@ -38,9 +55,13 @@ def _pairs(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--seed", type=int, default=0, show_default=True, help="Sampling seed base (per rollout: seed + rollout id).")
 @click.option("--temperature", type=float, default=1.0, show_default=True, help="Default temperature (nodes may override).")
 @click.option("--device", default=None, help="local engine: cpu or cuda (default: cuda when available).")
+@click.option("--max-new-tokens-cap", "max_tokens_cap", type=click.IntRange(1),
+              help="Clamp every llm node's max_tokens (and the judge's) to N: quick looks with slow models.")
+@click.option("--metadata", "metadata", multiple=True, metavar="KEY=VALUE",
+              help="Set metadata.KEY on every row (VALUE as JSON when it parses, else a string; repeatable).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def run_command(graph, data, out_path, engine, model, url, tokenizer, endpoints, n_samples, concurrency, limit,
-                seed, temperature, device, quiet):
+                seed, temperature, device, max_tokens_cap, metadata, quiet):
     """Run GRAPH over a dataset and write one JSON line per training sample.
 
     The embedded default (--engine local --model smollm2) needs no server: every model of the graph
@@ -51,6 +72,8 @@ def run_command(graph, data, out_path, engine, model, url, tokenizer, endpoints,
     Example:
       graphrl run graphs/hello.yaml --data data/math.jsonl --out out/hello.jsonl --n-samples 2
       graphrl run graphs/agentflow.yaml --data d.jsonl --out t.jsonl --engine sglang --url http://127.0.0.1:30000
+      graphrl run graphs/toolorchestra.yaml --data data/toolorchestra.jsonl --out to.jsonl \\
+          --metadata retrieval_url=http://127.0.0.1:8000 --max-new-tokens-cap 64
     """
     from ..cli import _report
     from ..compilers.plan import plan_from_path
@@ -62,16 +85,19 @@ def run_command(graph, data, out_path, engine, model, url, tokenizer, endpoints,
         raise click.UsageError("--engine sglang needs --url (the policy's SGLang server)")
     summary = run_plan(plan, data, out_path, engine=engine, model=model, url=url, tokenizer=tokenizer,
                        endpoints=_pairs(endpoints), n_samples=n_samples, concurrency=concurrency, limit=limit,
-                       seed=seed, temperature=temperature, device=device, progress=not quiet)
+                       seed=seed, temperature=temperature, device=device, progress=not quiet,
+                       max_tokens_cap=max_tokens_cap, metadata=_metadata(metadata))
     click.echo(f"{plan.name}: wrote {out_path}")
     click.echo(summary.table())
 
 
 def run_plan(plan, data, out_path, *, engine="local", model="smollm2", url=None, tokenizer="qwen", endpoints=None,
-             n_samples=1, concurrency=8, limit=None, seed=0, temperature=1.0, device=None, progress=True):
+             n_samples=1, concurrency=8, limit=None, seed=0, temperature=1.0, device=None, progress=True,
+             max_tokens_cap=None, metadata=None):
     """Run a plan over a JSONL file; returns the RunSummary. Usage problems raise click.UsageError."""
     from ..engines.factory import WiringError, build_endpoints
-    from ..rewards.scorer import RewardBox
+    from ..rewards.group_run import group_reward_hook
+    from ..rewards.scorer import JUDGE_MAX_TOKENS, RewardBox
     from ..tools.registry import ToolBox
     from .executor import Executor
     from .runner import read_rows, run_dataset
@@ -80,21 +106,36 @@ def run_plan(plan, data, out_path, *, engine="local", model="smollm2", url=None,
         rows = read_rows(data, limit)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+    if metadata:
+        rows = [{**row, "metadata": {**(row.get("metadata") or {}), **metadata}} for row in rows]
+    if max_tokens_cap:
+        plan = cap_max_tokens(plan, max_tokens_cap)
     try:
         eps = build_endpoints(plan, engine=engine, model=model, url=url, tokenizer=tokenizer,
                               endpoints=endpoints or {}, device=device)
     except WiringError as exc:
         raise click.UsageError(str(exc)) from None
     search = [Path(plan.source.get("file", ".")).parent, Path(".")]
-    executor = Executor(plan, eps, tools=ToolBox(search), rewards=RewardBox(search),
+    judge_tokens = min(JUDGE_MAX_TOKENS, max_tokens_cap) if max_tokens_cap else JUDGE_MAX_TOKENS
+    executor = Executor(plan, eps, tools=ToolBox(search), rewards=RewardBox(search, judge_max_tokens=judge_tokens),
                         sampling={"temperature": temperature, "top_p": 1.0, "top_k": -1})
     decode = eps.renderer("policy").decode
+    group_reward = group_reward_hook(plan, rows, search)
 
     async def main():
         try:
             return await run_dataset(executor, rows, out_path, n_samples=n_samples, concurrency=concurrency,
-                                     seed=seed, decode=decode, progress=progress)
+                                     seed=seed, decode=decode, group_reward=group_reward, progress=progress)
         finally:
             await eps.close()
 
     return asyncio.run(main())
+
+
+def cap_max_tokens(plan, cap: int):
+    """The plan with every llm node's max_tokens clamped to `cap`."""
+    from ..spec.model import LLMNode
+
+    nodes = {nid: n.model_copy(update={"max_tokens": min(n.max_tokens, cap)}) if isinstance(n, LLMNode) else n
+             for nid, n in plan.nodes.items()}
+    return plan.model_copy(update={"nodes": nodes})

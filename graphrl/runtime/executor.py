@@ -116,7 +116,11 @@ class Executor:
         if r.status in ("completed", "truncated") and self.plan.reward is not None:
             try:
                 reward = await self._reward(r)
-            except FAULTS as exc:
+                if reward is None:
+                    raise TypeError(f"{self.plan.reward.fn} returned None (a float or a dict is expected)")
+                _scalar(reward, self.plan.reward.key)  # a value credit cannot be split from fails here
+            except Exception as exc:  # user reward code may raise anything: it fails this rollout only
+                reward = None
                 r.status, r.error = "failed", f"reward: {type(exc).__name__}: {exc}"
         samples = self._finish_samples(r, reward)
         return RolloutResult(inp.rollout_id, inp.group, r.status, reward, samples, tuple(r.path),

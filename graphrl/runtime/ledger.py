@@ -182,12 +182,26 @@ def _check_span_label(node: Any, visit: Any, mask: Any, kind: Any) -> None:
         raise LedgerError(f"mask 1 on {kind!r} tokens: only generated tokens can be trained")
 
 
+_PLAIN_INT = {int}
+
+
 def _token_ids(ids: Sequence[int], what: str) -> list[int]:
-    try:
-        out = [operator.index(i) for i in ids]
-    except TypeError as exc:
-        raise LedgerError(f"{what} must be integer token ids: {exc}") from None
-    if any(isinstance(i, bool) for i in ids) or (out and min(out) < 0):
+    """A new list of non-negative ints (numpy/int-like ids converted; bools refused).
+
+    Prompts run to thousands of ids per call: the common case (plain ints) is checked with C-level
+    passes (`set(map(type, ...))`, `min`), the per-element conversion runs only for other types."""
+    out = list(ids)
+    if not out:
+        return out
+    types = set(map(type, out))
+    if types != _PLAIN_INT:
+        if bool in types:
+            raise LedgerError(f"{what} must be non-negative integer token ids")
+        try:
+            out = [operator.index(i) for i in out]
+        except TypeError as exc:
+            raise LedgerError(f"{what} must be integer token ids: {exc}") from None
+    if min(out) < 0:
         raise LedgerError(f"{what} must be non-negative integer token ids")
     return out
 
@@ -241,10 +255,10 @@ class SampleBuilder:
         _check_span_label(node, visit, mask, kind)
         run = _token_ids(ids, f"{kind} ids of {node}#{visit}")
         if logprobs is not None:
-            lps = [float(x) for x in logprobs]
+            lps = list(map(float, logprobs))
             if len(lps) != len(run):
                 raise LedgerError(f"{node}#{visit}: {len(run)} tokens but {len(lps)} log-probs")
-            if any(not math.isfinite(x) for x in lps):
+            if not all(map(math.isfinite, lps)):
                 raise LedgerError(f"{node}#{visit}: non-finite log-prob")
         elif kind == "generated":
             raise LedgerError(f"{node}#{visit}: generated tokens need the engine's log-probs")

@@ -105,23 +105,40 @@ def read_rows(path: str | Path, limit: int | None = None) -> list[dict[str, Any]
 
 
 def completed_groups(path: Path) -> set[int]:
-    """Groups fully present in an existing trajectory file; cuts a torn trailing line in place."""
+    """Groups fully present in an existing trajectory file; cuts an unfinished tail in place.
+
+    A group's lines are one write(), so only the file's tail can hold an unfinished group (a kill
+    mid-write: some whole lines of the group and a torn one). That tail is cut back to the end of
+    the last complete group: the group is rerun whole, and its partial lines are not left behind
+    as duplicates of the rerun's."""
     if not path.exists():
         return set()
     data = path.read_bytes()
-    keep = data.rfind(b"\n") + 1
+
+    def count(upto: int) -> tuple[dict[int, int], dict[int, int], int]:
+        lines: dict[int, int] = defaultdict(int)
+        expected: dict[int, int] = {}
+        keep = pos = 0  # keep: the end of the last line that completed a group
+        for raw in data[:upto].splitlines(keepends=True):
+            pos += len(raw)
+            if not raw.endswith(b"\n"):
+                break  # a torn last line
+            try:
+                rec = json.loads(raw)
+                group, group_lines = rec["group"], rec["group_lines"]
+            except (ValueError, TypeError, KeyError):
+                continue
+            lines[group] += 1
+            expected[group] = group_lines
+            if lines[group] == group_lines:
+                keep = pos
+        return lines, expected, keep
+
+    lines, expected, keep = count(len(data))
     if keep != len(data):
         with open(path, "r+b") as f:
             f.truncate(keep)
-    lines: dict[int, int] = defaultdict(int)
-    expected: dict[int, int] = {}
-    for raw in data[:keep].splitlines():
-        try:
-            rec = json.loads(raw)
-        except json.JSONDecodeError:
-            continue
-        lines[rec["group"]] += 1
-        expected[rec["group"]] = rec["group_lines"]
+        lines, expected, _ = count(keep)
     return {g for g, n in lines.items() if n == expected.get(g)}
 
 

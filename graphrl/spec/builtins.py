@@ -30,10 +30,13 @@ BUILTIN_TOOLS: dict[str, Signature] = {
 }
 
 BUILTIN_REWARDS: dict[str, Signature] = {
-    "exact_match": Signature(("prediction", "label"), ("extract", "tail_chars"),
-                             "normalised exact match; label may be a list (max over answers)"),
+    "exact_match": Signature(("prediction", "label"), ("extract", "tail_chars", "question"),
+                             "normalised exact match (LaTeX stripped); label may be a list (max over answers); "
+                             "if 0 and a judge is set, the judge's {\"correct\": true|false}", judge=True),
     "f1": Signature(("prediction", "label"), ("extract", "tail_chars"), "token F1 after normalisation"),
-    "sub_em": Signature(("prediction", "label"), ("extract", "tail_chars"), "a gold answer is contained in the prediction"),
+    "sub_em": Signature(("prediction", "label"), ("extract", "tail_chars", "question"),
+                        "a gold answer is contained in the prediction; if 0 and a judge is set, the judge's verdict",
+                        judge=True),
     "math_equal": Signature(("prediction", "label"), ("question",),
                             "last \\boxed{} equal after math normalisation, else the judge; dict {score, acc, pred, gt}",
                             judge=True),
@@ -43,5 +46,6 @@ BUILTIN_REWARDS: dict[str, Signature] = {
 
 BUILTIN_GROUP_REWARDS: dict[str, Signature] = {
     "preference": Signature((), ("weights", "features", "clip", "min_std"),
-                            "ToolOrchestra: min-max features within a group, wrong -> 0, z-score clip, drop flat groups"),
+                            "ToolOrchestra: wrong -> 0, right -> preference-weighted sum of features min-max "
+                            "normalised in the group; then z-score clipped to +-clip; groups with std <= min_std dropped"),
 }

@@ -50,6 +50,7 @@ def _span(file: str, node: yaml.Node) -> Span:
     return Span(file, start.line + 1, start.column + 1, end_col)
 
 
+MAX_VALUES = 100_000  # a graph has hundreds; bounds alias expansion ("billion laughs")
 _COLLECTION_TAGS = ("tag:yaml.org,2002:map", "tag:yaml.org,2002:seq")
 
 
@@ -58,10 +59,15 @@ class _Walker:
         self.file = file
         self.loc = loc
         self.constructor = yaml.SafeLoader("")  # only its constructor methods are used
+        self.count = 0
 
     def walk(self, node: yaml.Node, path: Path_, depth: int = 0) -> Any:
         if depth > 200:
             raise yaml.YAMLError("document nested too deeply (or a recursive alias)")
+        self.count += 1
+        if self.count > MAX_VALUES:  # aliases are expanded per use: `a1: [*a0, *a0, ...]` grows exponentially
+            raise yaml.constructor.ConstructorError(
+                None, None, f"document has more than {MAX_VALUES} values once aliases are expanded", node.start_mark)
         self.loc.spans[path] = _span(self.file, node)
         if not isinstance(node, yaml.ScalarNode) and node.tag not in _COLLECTION_TAGS:
             # scalars with unknown tags fail in construct_object; collections must not pass silently

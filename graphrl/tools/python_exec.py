@@ -1,72 +1,167 @@
-"""Sandboxed Python: code text -> observation (stdout + stderr), in a subprocess.
+"""Sandboxed Python: code text -> observation (stdout + stderr), in an isolated subprocess.
 
-Input: code, a timeout, optional stdin. Output: `ToolResult` (ok = exit status 0 within time).
+Input: code, a timeout (wall clock), optional stdin. Output: `ToolResult`: ok = exit status 0 within
+the time and the output cap; `text` = the combined output (cut at `OUTPUT_CAP` bytes); `data` =
+{"exit_status": int | None, "sandbox": report}, the report saying which isolation steps held for
+this very run (see `_sandbox_launcher.py` and docs/sandbox.md).
 
-What it guarantees: a fresh temporary working directory (removed afterwards); a scrubbed
-environment (no parent variables, no secrets); resource limits set before the code runs (CPU time,
-address space, file size, number of processes, no core files); a new session whose whole process
-group is killed on timeout; output read with a cap. What it does not: it is not a VM or a
-container — the code runs as the same user, can read files that user can read, and has network
-access unless the OS lets us drop it. docs/runtime.md says the same.
+Always: a fresh temporary working directory, removed afterwards; a scrubbed environment (no
+parent variable reaches the code); rlimits (CPU time, address space, file size, processes, no core
+files); a new session whose whole process group is killed on timeout or when the output passes the
+cap; output read in chunks, never more than the cap held in memory.
+Where Linux allows (root, or unprivileged user namespaces): new network namespace (no network, not
+even loopback), pid namespace (every descendant dies with the sandbox), mount namespace (a fresh
+/proc, a minimal /dev, every file system read-only except the working directory), no capabilities,
+no_new_privs; as root also a pids cgroup (root is exempt from RLIMIT_NPROC).
+Never: it is not a VM — same kernel, and the code can read whatever files the user can read.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import signal
 import sys
 import tempfile
+import uuid
+from pathlib import Path
 
 from ..runtime.services import ToolResult
 
-OUTPUT_CAP = 1 << 20  # bytes read from the child at most
-MEMORY_BYTES = 1 << 30
-FILE_BYTES = 16 << 20
-MAX_PROCS = 64
+OUTPUT_CAP = 1 << 20  # bytes of output kept; more kills the program
+MEMORY_BYTES = 1 << 30  # address space per process
+FILE_BYTES = 16 << 20  # largest file the code may write
+MAX_PROCS = 64  # processes (and threads) at once
+LAUNCHER = Path(__file__).with_name("_sandbox_launcher.py")
+CGROUP_ROOTS = ("/sys/fs/cgroup/pids", "/sys/fs/cgroup")  # cgroup v1 pids hierarchy, or v2
+_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "PYTHONIOENCODING": "utf-8", "PYTHONDONTWRITEBYTECODE": "1",
+        "LANG": "C.UTF-8", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
-def _limits(cpu_seconds: int) -> None:  # runs in the child, before exec
-    import resource
-
-    for res, value in ((resource.RLIMIT_CPU, cpu_seconds), (resource.RLIMIT_AS, MEMORY_BYTES),
-                       (resource.RLIMIT_FSIZE, FILE_BYTES), (resource.RLIMIT_CORE, 0),
-                       (resource.RLIMIT_NPROC, MAX_PROCS)):
-        try:
-            resource.setrlimit(res, (value, value))
-        except (ValueError, OSError):
-            pass
-
-
-async def run_python(code: str, *, timeout: float = 30.0, stdin: str | None = None) -> ToolResult:
-    workdir = tempfile.mkdtemp(prefix="graphrl-py-")
-    env = {"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "PYTHONIOENCODING": "utf-8",
-           "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
-    cpu = max(1, int(timeout) + 1)
-    proc = None
+async def run_python(code: str, *, timeout: float = 30.0, stdin: str | None = None,
+                     isolate: bool = True) -> ToolResult:
+    """Run `code` as a script; `isolate=False` skips the namespaces (rlimits and the rest still apply)."""
+    workdir = os.path.realpath(tempfile.mkdtemp(prefix="graphrl-py-"))
+    cgroup = _make_cgroup() if isolate and os.geteuid() == 0 else None
+    report_r, report_w = os.pipe()
+    proc = finished = None
     try:
-        with open(os.path.join(workdir, "main.py"), "w", encoding="utf-8") as f:
-            f.write(code)
+        Path(workdir, "main.py").write_text(code, encoding="utf-8")
+        cfg = {"python": sys.executable, "script": "main.py", "workdir": workdir, "isolate": isolate,
+               "cpu_s": max(1, int(timeout) + 1), "memory_bytes": MEMORY_BYTES, "file_bytes": FILE_BYTES,
+               "max_procs": MAX_PROCS, "cgroup": cgroup, "report_fd": report_w,
+               "env": {**_ENV, "HOME": workdir, "TMPDIR": workdir}}
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-I", "main.py", cwd=workdir, env=env,
+            sys.executable, "-I", "-S", str(LAUNCHER), json.dumps(cfg), cwd=workdir, env=dict(_ENV),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-            start_new_session=True, preexec_fn=lambda: _limits(cpu))
+            start_new_session=True, pass_fds=(report_w,))
+        os.close(report_w)
+        report_w = -1
+        feeder = asyncio.create_task(_feed(proc, stdin))
+        buf, overflowed = bytearray(), asyncio.Event()
+        reader = asyncio.create_task(_drain(proc.stdout, buf, OUTPUT_CAP, overflowed))
+        finished = asyncio.create_task(_exit(proc, reader))
+        watch = asyncio.create_task(overflowed.wait())
         try:
-            out, _ = await asyncio.wait_for(proc.communicate((stdin or "").encode()), timeout)
-        except asyncio.TimeoutError:
-            _kill_group(proc.pid)
-            await proc.wait()
-            return ToolResult(f"[timed out after {timeout:g} s]", ok=False, error="timeout")
-        text = out[:OUTPUT_CAP].decode("utf-8", errors="replace")
-        if proc.returncode != 0:
-            return ToolResult(text or f"[exit status {proc.returncode}]", ok=False,
-                              error=f"exit status {proc.returncode}")
-        return ToolResult(text)
+            await asyncio.wait({finished, watch}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            feeder.cancel()
+            watch.cancel()
+        if not finished.done():
+            await _stop(proc, finished)
+            if not overflowed.is_set():
+                return _result(bytes(buf), f"[timed out after {timeout:g} s]", "timeout", None, report_r)
+        if overflowed.is_set():
+            return _result(bytes(buf), f"[output passed {OUTPUT_CAP} bytes: program stopped]", "output limit",
+                           None, report_r)
+        out = bytes(buf)
+        rc = proc.returncode
+        if rc != 0:
+            return _result(out, f"[exit status {rc}{_signal_note(rc)}]" if not out else "",
+                           f"exit status {rc}", rc, report_r)
+        return _result(out, "", None, rc, report_r)
     finally:
-        if proc is not None and proc.returncode is None:
-            _kill_group(proc.pid)
+        if proc is not None and proc.returncode is None:  # cancelled, or a bug above
+            await _stop(proc, finished)
+        if report_w >= 0:
+            os.close(report_w)
+        os.close(report_r)
         shutil.rmtree(workdir, ignore_errors=True)
+        if cgroup:
+            await _remove_cgroup(cgroup)
+
+
+def _result(out: bytes, note: str, error: str | None, rc: int | None, report_r: int) -> ToolResult:
+    text = out.decode("utf-8", errors="replace")
+    if note and text and not text.endswith("\n"):
+        text += "\n"
+    text += note
+    data = {"exit_status": rc, "sandbox": _read_report(report_r)}
+    return ToolResult(text, ok=error is None, error=error, data=data)
+
+
+async def _feed(proc: asyncio.subprocess.Process, stdin: str | None) -> None:
+    try:
+        if stdin:
+            proc.stdin.write(stdin.encode("utf-8"))
+            await proc.stdin.drain()
+        proc.stdin.close()
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+
+
+async def _drain(stream: asyncio.StreamReader, buf: bytearray, cap: int, overflowed: asyncio.Event) -> None:
+    """Read to EOF, keeping the first `cap` bytes in `buf`; set `overflowed` when there is more."""
+    total = 0
+    while chunk := await stream.read(1 << 16):
+        total += len(chunk)
+        if len(buf) < cap:
+            buf += chunk[: cap - len(buf)]
+        if total > cap:
+            overflowed.set()
+
+
+async def _exit(proc: asyncio.subprocess.Process, reader: asyncio.Task) -> None:
+    await reader  # EOF: the program and everything it started closed their output
+    await proc.wait()
+
+
+async def _stop(proc: asyncio.subprocess.Process, finished: asyncio.Task | None) -> None:
+    """Kill the process group and wait for the exit; if something still holds the output pipe after
+    2 s (a process that escaped the group, possible without a pid namespace), stop reading it."""
+    _kill_group(proc.pid)
+    try:
+        await asyncio.wait_for(asyncio.shield(finished) if finished else proc.wait(), 2.0)
+    except asyncio.TimeoutError:
+        transport = getattr(proc, "_transport", None)
+        if transport is not None:
+            transport.close()  # closes the pipes, so asyncio counts the process as finished
+        await proc.wait()
+
+
+def _read_report(fd: int) -> dict:
+    os.set_blocking(fd, False)
+    data = b""
+    try:
+        while chunk := os.read(fd, 1 << 16):
+            data += chunk
+    except BlockingIOError:
+        pass
+    try:
+        return json.loads(data) if data else {"launcher": False, "errors": ["no report: the launcher failed"]}
+    except ValueError:
+        return {"launcher": False, "errors": ["unreadable report"]}
+
+
+def _signal_note(rc: int) -> str:
+    if rc > 128:
+        try:
+            return f", killed by {signal.Signals(rc - 128).name}"
+        except ValueError:
+            return ""
+    return ""
 
 
 def _kill_group(pid: int) -> None:
@@ -74,3 +169,45 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+# ---------------------------------------------------------------- pids cgroup (root only)
+
+
+def _make_cgroup() -> str | None:
+    """A fresh cgroup with pids.max = MAX_PROCS, or None where no pids hierarchy is writable."""
+    for root in CGROUP_ROOTS:
+        parent = os.path.join(root, "graphrl-sandbox")
+        try:
+            os.makedirs(parent, exist_ok=True)
+            path = os.path.join(parent, uuid.uuid4().hex[:12])
+            os.mkdir(path)
+        except OSError:
+            continue
+        try:
+            with open(os.path.join(path, "pids.max"), "w") as f:
+                f.write(str(MAX_PROCS))
+            return path
+        except OSError:
+            _rmdir(path)
+    return None
+
+
+def _rmdir(path: str) -> bool:
+    try:
+        os.rmdir(path)
+        return True
+    except OSError:
+        return False
+
+
+async def _remove_cgroup(path: str) -> None:
+    for _ in range(50):  # killed processes leave the cgroup within milliseconds
+        if _rmdir(path):
+            return
+        await asyncio.sleep(0.02)
+
+
+def sandbox_report(timeout: float = 10.0) -> dict:
+    """What the sandbox guarantees on this machine now: the report of one trivial run."""
+    return asyncio.run(run_python("pass", timeout=timeout)).data["sandbox"]

@@ -16,14 +16,14 @@ import pytest
 from graphrl.compilers.plan import plan_from_path
 from graphrl.engines.base import FinishReason
 from graphrl.engines.scripted import Scripted, ScriptedEngineForTests
-from graphrl.models.tokenizer import qwen_tokenizer
+from graphrl.models.tokenizer import QWEN_TOKEN_IDS, qwen_tokenizer
 from graphrl.rewards.scorer import RewardBox
 from graphrl.runtime.chat import ChatRenderer
 from graphrl.runtime.executor import Executor, RolloutInput, RolloutResult
 from graphrl.runtime.services import StaticEndpoints
 from graphrl.tools.registry import ToolBox
 
-IM_END = 151645
+IM_END = QWEN_TOKEN_IDS["<|im_end|>"]
 LOGPROB = -0.25
 
 

@@ -121,3 +121,16 @@ def test_non_string_keys_keep_their_type():
     loc = load_yaml("1: a\nfalse: b\n~: c\n[x]: d\n", "g.yaml")
     assert list(loc.value) == [1, False, None, "['x']"]
     assert loc.key_spans[(False,)].line == 2 and loc.key_spans[(None,)].line == 3
+
+
+def test_alias_expansion_is_bounded():
+    """`a1: [*a0 x10]`, `a2: [*a1 x10]`, ...: the expansion is refused quickly, not walked for minutes."""
+    import time
+
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 9)]
+    t = time.monotonic()
+    loc = load_yaml("\n".join(lines) + "\n", "g.yaml")
+    assert time.monotonic() - t < 5
+    assert [d.code for d in loc.diagnostics] == ["E001"]
+    assert "aliases are expanded" in loc.diagnostics[0].message

@@ -1,172 +1,226 @@
 """The compiled generate / reward / reward-post-process functions slime calls (slime-contract.md).
 
 Input: slime's `args`, the `Sample` it passes in (duck-typed: nothing here imports slime), its
-sampling params; the plan this target was compiled from.
+sampling params, `evaluation`; the plan this target was compiled from.
 Output: the same `Sample` filled (one training sample per rollout), or `list[Sample]` for fan-out
-graphs (siblings share `rollout_id = sample.index`, rewards already credited); graphrl's spans,
-calls and path in `sample.metadata["graphrl"]`.
+graphs in training (the incoming sample first, then deep copies of it as it arrived; all share
+`rollout_id = sample.index`, rewards already credited); graphrl's spans, calls and path in
+`sample.metadata["graphrl"]`.
 
-Invariants: tokens are prompt ids then response ids exactly as the ledger built them (nothing is
-re-tokenised here); `append_response_tokens` is used when the object has it (trainable runs with
-log-probs, untrained runs without); statuses follow the last engine call (stop/length/abort ->
-COMPLETED/TRUNCATED/ABORTED); after an abort no new call starts; a rollout that fails ends as a
-well-formed sample with remove_sample=True instead of raising.
+Invariants:
+- args are converted once per distinct configuration (`config.from_args`); flags that cannot work
+  with the graph, and models without an endpoint, raise `SlimeConfigError` before any call;
+- tokens are the ledger's (fill.py); statuses follow the engine (stop/length/abort ->
+  COMPLETED/TRUNCATED/ABORTED), an abort anywhere makes the rollout ABORTED, and after it no new
+  engine or tool call starts (the executor stops at once);
+- a rollout that failed or was aborted ends as well-formed samples with `remove_sample=True` and a
+  zero reward (they still count in their group's normalisation); a rollout without any training
+  sample gives one masked placeholder sample;
+- a sample that comes back (--partial-rollout, status ABORTED with tokens) restarts from its prompt;
+- eval (`evaluation=True`): its own session id, the shared sampling dict is only read, and a
+  fan-out rollout gives one sample (its last) carrying the whole rollout reward, so eval means are
+  per rollout.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from ...runtime.executor import Executor, RolloutInput, RolloutResult
+from ...runtime.executor import Executor, RolloutInput, RolloutResult, usage
 from ...runtime.ledger import TrainingSample
+from ...spec.model import POLICY
 from ..plan import Plan, load_plan
+from . import fill
 from .config import SlimeConfig, SlimeConfigError, from_args
 
-_STATUS = {"completed": "COMPLETED", "truncated": "TRUNCATED", "aborted": "ABORTED", "failed": "FAILED"}
+# sampling params slime sends that apply to every graph call (the graph owns stops and lengths)
+_SHARED_SAMPLING = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "skip_special_tokens",
+                    "no_stop_trim", "spaces_between_special_tokens")
+
+EngineFactory = Callable[[str, str, SlimeConfig], Any]  # (model name, url, config) -> Engine
 
 
-def _status(sample: Any, name: str) -> Any:
-    """slime's Sample.Status member by name (works with the real class and with stand-ins)."""
-    enum = getattr(type(sample), "Status", None)
-    return getattr(enum, _STATUS[name]) if enum is not None else _STATUS[name].lower()
+def _sglang_engine(name: str, url: str, cfg: SlimeConfig) -> Any:
+    from ...engines.sglang import SGLangEngine
+
+    return SGLangEngine(url, timeout_s=cfg.timeout_s)
+
+
+class _Wired:
+    """Endpoints for one configuration, and one executor per distinct sampling dict."""
+
+    def __init__(self, cfg: SlimeConfig, endpoints: Any):
+        self.cfg = cfg
+        self.endpoints = endpoints
+        self.executors: dict[str, Executor] = {}
 
 
 class SlimeTarget:
-    """One per compiled module. Holds the per-process executor (engines, tokenizer) for its plan."""
+    """One per compiled module: the plan, and the per-process engines/tokenizers built from args."""
 
-    def __init__(self, plan_path: str | Path):
+    def __init__(self, plan_path: str | Path, *, engine_factory: EngineFactory | None = None,
+                 tokenizer_loader: Callable[[str], Any] | None = None):
         self.plan_path = Path(plan_path)
+        self._engine_factory = engine_factory or _sglang_engine
+        self._tokenizer_loader = tokenizer_loader
         self._plan: Plan | None = None
-        self._built: tuple[int, SlimeConfig, Executor] | None = None
+        self._wired: _Wired | None = None
+        self._source_dir: str | None = None
 
     # ------------------------------------------------------------------ boundary
     def plan(self, args: Any = None) -> Plan:
-        path = getattr(args, "graphrl_plan_path", None) or self.plan_path
         if self._plan is None:
+            path = getattr(args, "graphrl_plan_path", None) or self.plan_path
             self._plan = load_plan(path)
         return self._plan
 
-    def _executor(self, args: Any, sampling_params: dict[str, Any]) -> tuple[SlimeConfig, Executor]:
-        if self._built is not None and self._built[0] == id(args):
-            return self._built[1], self._built[2]
+    def _wire(self, args: Any) -> _Wired:
         plan = self.plan(args)
+        self._source_dir = getattr(args, "graphrl_source_dir", None)
         cfg = from_args(args, plan)
-        if cfg.partial_rollout and plan.training.fanout:
-            raise SlimeConfigError(f"graph '{plan.name}' yields several samples per rollout; slime's "
-                                   "--partial-rollout cannot resume those. Remove --partial-rollout.")
-        from ...engines.sglang import SGLangEngine
-        from ...rewards.scorer import RewardBox
+        if self._wired is not None and self._wired.cfg == cfg:
+            return self._wired
         from ...runtime.chat import ChatRenderer
         from ...runtime.services import StaticEndpoints
-        from ...tools.registry import ToolBox
-        from ._tokenizer import load_tokenizer
 
-        renderer = ChatRenderer(load_tokenizer(cfg.hf_checkpoint))
-        engines = {name: SGLangEngine(url, timeout_s=cfg.timeout_s) for name, url in cfg.urls.items()}
+        load = self._tokenizer_loader
+        if load is None:
+            from ._tokenizer import load_tokenizer as load
+        renderer = ChatRenderer(load(cfg.hf_checkpoint))
+        renderers = {name: ChatRenderer(load(tok)) for name, tok in cfg.tokenizers.items()}
+        engines = {name: self._engine_factory(name, url, cfg) for name, url in cfg.urls.items()}
         caps = {n: d.max_concurrency for n, d in plan.models.items() if d.max_concurrency}
-        search = [Path(plan.source.get("file", ".")).parent, self.plan_path.parent]
-        executor = Executor(plan, StaticEndpoints(engines, renderer, max_concurrency=caps),
-                            tools=ToolBox(search), rewards=RewardBox(search), sampling=_base_sampling(sampling_params))
-        self._built = (id(args), cfg, executor)
-        return cfg, executor
+        self._wired = _Wired(cfg, StaticEndpoints(engines, renderer, renderers=renderers, max_concurrency=caps))
+        return self._wired
+
+    def _executor(self, wired: _Wired, sampling: dict[str, Any]) -> Executor:
+        key = json.dumps(sampling, sort_keys=True, default=str)
+        ex = wired.executors.get(key)
+        if ex is None:
+            from ...rewards.scorer import RewardBox
+            from ...tools.registry import ToolBox
+
+            plan = self.plan()
+            search = [Path(self._source_dir or Path(plan.source.get("file", ".")).parent), self.plan_path.parent]
+            ex = wired.executors[key] = Executor(plan, wired.endpoints, tools=ToolBox(search),
+                                                 rewards=RewardBox(search), sampling=sampling)
+        return ex
+
+    async def close(self) -> None:
+        """Close the engines' HTTP sessions (slime never does: its rollout process lives for the run)."""
+        if self._wired is not None:
+            await self._wired.endpoints.close()
 
     # ------------------------------------------------------------------ generate
     async def generate(self, args: Any, sample: Any, sampling_params: dict[str, Any],
                        evaluation: bool = False) -> Any:
-        cfg, executor = self._executor(args, sampling_params)
-        plan = executor.plan
-        if getattr(sample, "response_length", 0) and str(getattr(sample, "status", "")).lower().endswith("aborted"):
-            _reset_to_prompt(sample)  # --partial-rollout: graphs restart from the prompt
-        if evaluation:
-            executor = _with_sampling(executor, sampling_params)
-        session = getattr(sample, "session_id", None) or f"graphrl-eval-{getattr(sample, 'index', 0)}-{uuid.uuid4().hex[:8]}"
-        row = {"prompt": sample.prompt, "label": sample.label, "metadata": dict(getattr(sample, "metadata", None) or {})}
+        wired = self._wire(args)
+        plan = self.plan(args)
+        sampling = {k: copy.deepcopy(sampling_params[k]) for k in _SHARED_SAMPLING if k in sampling_params}
+        executor = self._executor(wired, sampling)
+        if fill.needs_reset(sample):
+            fill.reset_to_prompt(sample)  # --partial-rollout: graphs restart from the prompt
         index = getattr(sample, "index", None)
+        session = getattr(sample, "session_id", None) if not evaluation else None
+        session = session or f"graphrl-{'eval' if evaluation else 'train'}-{index}-{uuid.uuid4().hex[:12]}"
+        row = {"prompt": sample.prompt, "label": getattr(sample, "label", None),
+               "metadata": dict(getattr(sample, "metadata", None) or {})}
+        pristine = copy.deepcopy(sample) if plan.training.fanout and not evaluation else None
         res = await executor.run(RolloutInput(row=row, rollout_id=index if index is not None else 0,
                                               group=getattr(sample, "group_index", None) or 0,
                                               seed=sampling_params.get("sampling_seed"), session_id=session))
-        out = [self._fill(args, sample if i == 0 else _sibling(sample), s, res, plan)
-               for i, s in enumerate(res.samples)] or [self._empty(args, sample, res, executor)]
-        if plan.training.fanout:
+        return self._to_slime(args, sample, pristine, res, wired, evaluation)
+
+    def _to_slime(self, args: Any, sample: Any, pristine: Any, res: RolloutResult, wired: _Wired,
+                  evaluation: bool) -> Any:
+        plan = self.plan()
+        status = "aborted" if res.status == "aborted" or any(c.finish_reason == "abort" for c in res.calls) \
+            else res.status
+        ok = status in ("completed", "truncated")
+        rollout_reward = _scalar(res.reward, plan) if ok and res.reward is not None else None
+        has_reward = plan.reward is not None
+        raw = _as_float(self._reward_value(args, rollout_reward), args) if has_reward else None
+        renderer = wired.endpoints.renderer(POLICY)
+        base = {"graph": plan.name, "rollout_id": res.rollout_id, "num_samples": len(res.samples),
+                "status": status, "error": res.error, "credit": plan.reward.credit if plan.reward else None}
+        if has_reward:  # the uncredited reward post_process_rewards normalises (None: failed, counts as 0)
+            base["rollout_reward"] = rollout_reward
+        rollout_info = {"path": [list(p) for p in res.path], "rollout_calls": [c.to_json() for c in res.calls],
+                        "usage": usage(list(res.calls)), "state": _jsonable(res.state)}
+        samples: list[TrainingSample] = list(res.samples)
+        if evaluation and len(samples) > 1:
+            samples = [samples[-1]]  # eval: one sample per rollout, with the whole reward
+        if len(samples) > 1 and pristine is None:
+            raise AssertionError(f"graph '{plan.name}' was compiled as one sample per rollout but yielded "
+                                 f"{len(samples)}: recompile it with this graphrl")
+        out = []
+        for i, s in enumerate(samples):
+            target = sample if i == 0 else copy.deepcopy(pristine)
+            fill.write_tokens(target, s, args)
+            if not ok:
+                reward = self._zero(args)
+            elif evaluation:
+                reward = self._reward_value(args, rollout_reward) if has_reward else None
+            else:
+                reward = self._reward_value(args, s.reward) if has_reward else None
+            info = dict(base, sample_index=s.index, spans=[sp.to_json() for sp in s.spans],
+                        calls=[c.to_json() for c in s.calls], **(rollout_info if i == 0 else {}))
+            s_status = s.status
+            if status in ("aborted", "failed") or (status == "truncated" and i == len(samples) - 1):
+                s_status = status  # the rollout's end decides for its last sample
+            out.append(fill.finish(target, status=s_status, reward=reward, remove=not ok,
+                                   rollout_id=getattr(sample, "index", None), response=renderer.decode(s.response_ids),
+                                   info=info, raw_reward=raw, rounds=len(s.calls)))
+        if not out:
+            pad = min(renderer.stop_token_ids) if renderer.stop_token_ids else 0
+            fill.write_placeholder(sample, pad)
+            reward = self._reward_value(args, rollout_reward) if ok and has_reward and rollout_reward is not None \
+                else (self._zero(args) if has_reward else None)
+            info = dict(base, sample_index=0, spans=[], calls=[], placeholder=True, **rollout_info)
+            out.append(fill.finish(sample, status=status, reward=reward, remove=True,
+                                   rollout_id=getattr(sample, "index", None), response="", info=info,
+                                   raw_reward=raw, rounds=0))
+        fill.check_filled(out)
+        if plan.training.fanout and not evaluation:
             return out
-        return out[0]
+        return out[0] if len(out) == 1 else out
 
-    def _fill(self, args: Any, target: Any, s: TrainingSample, res: RolloutResult, plan: Plan) -> Any:
-        prompt, resp = list(s.prompt_ids), list(s.response_ids)
-        target.tokens = list(prompt)
-        target.response_length = 0
-        target.response = ""
-        target.loss_mask = None
-        target.rollout_log_probs = None
-        if hasattr(target, "append_response_tokens"):
-            last = s.calls[-1].finish_reason if s.calls else "stop"
-            for sp in s.spans:
-                trainable = bool(sp.mask)
-                target.append_response_tokens(
-                    args, tokens=resp[sp.start:sp.end],
-                    log_probs=list(s.rollout_log_probs[sp.start:sp.end]) if trainable else None,
-                    trainable=trainable, update_terminal_info=False)
-            if last in ("stop", "length", "abort"):
-                target.append_response_tokens(args, tokens=[], meta_info={"finish_reason": {"type": last}})
-        else:
-            target.tokens = prompt + resp
-            target.response_length = len(resp)
-            target.loss_mask = list(s.loss_mask)
-            target.rollout_log_probs = list(s.rollout_log_probs)
-        target.response = _decode_response(self, s)
-        target.status = _status(target, s.status)
-        target.rollout_id = getattr(target, "index", None) if res.rollout_id is None else res.rollout_id
-        target.reward = s.reward if res.status in ("completed", "truncated") else 0.0
-        if res.status in ("failed",) or res.error == "the graph routed to abort":
-            target.remove_sample = True
-        meta = dict(getattr(target, "metadata", None) or {})
-        meta["graphrl"] = {
-            "graph": plan.name, "rollout_id": res.rollout_id, "sample_index": s.index,
-            "num_samples": len(res.samples), "status": res.status, "error": res.error,
-            "rollout_reward": res.reward, "credit": plan.reward.credit if plan.reward else None,
-            "spans": [sp.to_json() for sp in s.spans], "calls": [c.to_json() for c in s.calls],
-            "path": [list(p) for p in res.path] if s.index == 0 else None,
-            "rollout_calls": [c.to_json() for c in res.calls] if s.index == 0 else None,
-        }
-        target.metadata = meta
-        return target
+    def _reward_value(self, args: Any, credit: Any) -> Any:
+        """A credit as slime reads it: a float, or {reward_key: value} when slime has --reward-key."""
+        if credit is None:
+            return None
+        key = getattr(args, "reward_key", None)
+        if isinstance(credit, dict):
+            if key is None:
+                raise SlimeConfigError(f"graph '{self.plan().name}' produced a dict reward {sorted(credit)} "
+                                       "without a key: set reward.key in the graph (and recompile)")
+            return dict(credit)
+        return {key: float(credit)} if key else float(credit)
 
-    def _empty(self, args: Any, sample: Any, res: RolloutResult, executor: Executor) -> Any:
-        """A rollout with no training sample (e.g. failed before the first policy call): a well-formed
-        one-token placeholder that trains nothing (remove_sample), carrying the error."""
-        renderer = executor.endpoints.renderer("policy")
-        pad = min(renderer.stop_token_ids) if renderer.stop_token_ids else 0
-        sample.tokens = [pad, pad]
-        sample.response_length = 1
-        sample.response = ""
-        sample.loss_mask = [0]
-        sample.rollout_log_probs = [0.0]
-        sample.status = _status(sample, res.status if res.status != "completed" else "failed")
-        sample.reward = 0.0
-        sample.remove_sample = True
-        sample.rollout_id = getattr(sample, "index", None)
-        meta = dict(getattr(sample, "metadata", None) or {})
-        meta["graphrl"] = {"graph": executor.plan.name, "rollout_id": res.rollout_id, "sample_index": 0,
-                           "num_samples": 0, "status": res.status, "error": res.error, "spans": [],
-                           "calls": [], "path": [list(p) for p in res.path],
-                           "rollout_calls": [c.to_json() for c in res.calls], "rollout_reward": None}
-        sample.metadata = meta
-        return sample
+    def _zero(self, args: Any) -> Any:
+        key = getattr(args, "reward_key", None)
+        return {key: 0.0} if key else 0.0
 
     # ------------------------------------------------------------------ rewards
     async def reward_func(self, args: Any, sample: Any, **kwargs: Any) -> Any:
-        """The credited reward generate already computed (one sample or a list of siblings)."""
+        """The credited reward generate already computed, for one sample or a list of siblings."""
         if isinstance(sample, list):
-            return [await self.reward_func(args, s) for s in sample]
+            return [await self.reward_func(args, s, **kwargs) for s in sample]
         if sample.reward is not None:
             return sample.reward
         info = (getattr(sample, "metadata", None) or {}).get("graphrl")
         if info is None:
-            raise ValueError("this sample was not produced by a graphrl generate function: no reward to give")
-        return 0.0 if info.get("rollout_reward") is None else info["rollout_reward"]
+            raise ValueError("this sample was not produced by a graphrl generate function: graphrl's reward_func "
+                             "only returns the reward its generate computed")
+        if info.get("status") not in ("completed", "truncated") or info.get("rollout_reward") is None:
+            return self._zero(args)
+        n = max(1, int(info.get("num_samples") or 1))
+        share = 1.0 / n if info.get("credit") == "even" else 1.0
+        return self._reward_value(args, float(info["rollout_reward"]) * share)
 
     def post_process_rewards(self, args: Any, samples: list[Any]) -> tuple[list[float], list[float]]:
         """Per prompt group: one reward per rollout (not per sample), group-normalised like GRPO, then
@@ -176,38 +230,28 @@ class SlimeTarget:
         return post_process(args, samples, self.plan(args))
 
 
-def _decode_response(target: SlimeTarget, s: TrainingSample) -> str:
-    built = target._built
-    if built is None:
-        return ""
-    return built[2].endpoints.renderer("policy").decode(s.response_ids)
+def _scalar(reward: Any, plan: Plan) -> Any:
+    """The rollout's reward as training uses it: the graph's reward.key of a dict, else the value."""
+    if isinstance(reward, dict):
+        key = plan.reward.key if plan.reward else None
+        if key is not None and key in reward:
+            return float(reward[key])
+        return {k: float(v) for k, v in reward.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return float(reward)
 
 
-def _base_sampling(sampling_params: dict[str, Any]) -> dict[str, Any]:
-    keep = ("temperature", "top_p", "top_k", "min_p", "skip_special_tokens", "no_stop_trim",
-            "spaces_between_special_tokens", "custom_params", "repetition_penalty")
-    return {k: copy.deepcopy(sampling_params[k]) for k in keep if k in sampling_params}
+def _as_float(value: Any, args: Any) -> float:
+    if value is None:
+        return 0.0
+    if isinstance(value, dict):
+        key = getattr(args, "reward_key", None)
+        return float(value.get(key, 0.0)) if key else 0.0
+    return float(value)
 
 
-def _with_sampling(executor: Executor, sampling_params: dict[str, Any]) -> Executor:
-    """Eval may pass other sampling params (one shared dict: copied, never mutated)."""
-    if _base_sampling(sampling_params) == executor.sampling:
-        return executor
-    clone = copy.copy(executor)
-    clone.sampling = _base_sampling(sampling_params)
-    return clone
-
-
-def _sibling(sample: Any) -> Any:
-    new = copy.deepcopy(sample)
-    return new
-
-
-def _reset_to_prompt(sample: Any) -> None:
-    sample.tokens = []
-    sample.response = ""
-    sample.response_length = 0
-    sample.loss_mask = None
-    sample.rollout_log_probs = None
-    sample.reward = None
-
+def _jsonable(value: Any) -> Any:
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        return json.loads(json.dumps(value, default=str))

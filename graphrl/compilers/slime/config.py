@@ -1,53 +1,133 @@
-"""slime's `args` -> a typed `SlimeConfig`, once, at the boundary.
+"""slime's `args` -> a typed `SlimeConfig`, once, at the boundary (slime-contract.md §3).
 
 Input: the argparse Namespace slime passes to generate/reward functions, and the plan.
-Output: `SlimeConfig` (frozen): where each model of the graph is served, the tokenizer path, limits.
+Output: `SlimeConfig` (frozen): where each model of the graph is served, the tokenizer paths,
+limits, the reward key; or `SlimeConfigError` naming every problem at once.
 
-Invariants: a graph model that is neither in `args.sglang_model_routers` (models slime serves via
---sglang-config) nor given a `url:` in the graph is an error naming the model, never a silent
-fallback to the policy's router (slime itself falls back silently).
+Invariants:
+- a graph model that is neither in `args.sglang_model_routers` (models slime serves via
+  --sglang-config) nor given a `url:` in the graph is an error naming the model, never a silent
+  fallback to the policy's router (slime itself falls back silently);
+- slime flags that cannot work with this graph are refused here with the fix, before any rollout:
+  for fan-out graphs --partial-rollout, --group-rm, --dynamic-sampling-filter-path, --log-passrate,
+  a missing --custom-reward-post-process-path or --use-dynamic-batch-size; for every graph
+  --apply-chat-template (the graph renders its own prompts), top-p replay (--rollout-top-p != 1) and
+  MoE routing replay (graphrl does not forward the per-token data they need);
+- a flag the namespace does not carry at all is not checked, and without a router / hf_checkpoint
+  in `args` the graph's own policy `url:` / `tokenizer:` are used (a hand-made `args` outside
+  slime, e.g. slime's plugin contract tests); inside slime, args always win.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ..plan import Plan
 from ...spec.model import POLICY
+from ..plan import Plan
+
+_MISSING = object()
 
 
 class SlimeConfigError(ValueError):
-    pass
+    """slime's flags do not fit this graph; the message says what to change."""
 
 
 @dataclass(frozen=True)
 class SlimeConfig:
     hf_checkpoint: str
     urls: Mapping[str, str]  # model name -> base URL of its SGLang router / server
+    tokenizers: Mapping[str, str]  # frozen model -> its own tokenizer (graph `tokenizer:`)
     max_response_len: int | None
     max_context_len: int | None
     partial_rollout: bool
-    apply_chat_template: bool
     reward_key: str | None
     timeout_s: float
+    fanout: bool
+
+
+def module_name(plan: Plan) -> str:
+    """The importable name of the compiled module (slime's dotted paths start with it)."""
+    return "graphrl_" + re.sub(r"\W", "_", plan.name)
 
 
 def _url(value: Any) -> str:
     if isinstance(value, str):
-        return value if value.startswith("http") else f"http://{value}"
+        return value.rstrip("/") if "://" in value else f"http://{value.rstrip('/')}"
     ip, port = value  # slime stores (ip, port)
     return f"http://{ip}:{port}"
 
 
+def _flag(args: Any, name: str) -> Any:
+    return getattr(args, name, _MISSING)
+
+
+def _set(args: Any, name: str) -> bool:
+    value = _flag(args, name)
+    return value is not _MISSING and bool(value)
+
+
+def flag_problems(args: Any, plan: Plan) -> list[str]:
+    """Every slime flag in `args` that cannot work with this graph, each with its fix."""
+    out: list[str] = []
+    mod = module_name(plan)
+    if plan.training.fanout:
+        why = (f"graph '{plan.name}' yields several training samples per rollout (fan-out), and slime's ")
+        if _set(args, "partial_rollout"):
+            out.append(why + "--partial-rollout would re-enter generate with one sample of a list: "
+                       "remove --partial-rollout")
+        if _set(args, "group_rm"):
+            out.append(why + "--group-rm expects one sample per rollout: remove --group-rm "
+                       "(generate already fills the rewards)")
+        if _set(args, "dynamic_sampling_filter_path"):
+            out.append(why + "--dynamic-sampling-filter-path counts samples, not rollouts: remove it")
+        if _set(args, "log_passrate"):
+            out.append(why + "--log-passrate reshapes rewards by --n-samples-per-prompt and fails: remove it")
+        if _flag(args, "custom_reward_post_process_path") is None:
+            out.append(why + "default GRPO normalisation merges uneven prompt groups into one: add "
+                       f"--custom-reward-post-process-path {mod}.post_process_rewards")
+        if _flag(args, "use_dynamic_batch_size") is False:
+            out.append(why + "static micro-batches need a fixed sample count per step: add "
+                       "--use-dynamic-batch-size (with --max-tokens-per-gpu)")
+    elif plan.reward is not None and plan.reward.group is not None \
+            and _flag(args, "custom_reward_post_process_path") is None:
+        out.append(f"graph '{plan.name}' has a group reward ({plan.reward.group.fn}): add "
+                   f"--custom-reward-post-process-path {mod}.post_process_rewards")
+    if _set(args, "apply_chat_template"):
+        out.append("--apply-chat-template hands generate an already templated prompt string, but the graph "
+                   "renders its own prompts from the raw row: remove --apply-chat-template")
+    top_p = _flag(args, "rollout_top_p")
+    if top_p is not _MISSING and top_p is not None and float(top_p) != 1.0:
+        out.append(f"--rollout-top-p {top_p} makes slime train with top-p replay data that graphrl's "
+                   "engine client does not forward: use --rollout-top-p 1 (set top_p per node in the graph "
+                   "only for untrained nodes)")
+    if _set(args, "use_rollout_routing_replay"):
+        out.append("--use-rollout-routing-replay needs per-token routed experts that graphrl does not "
+                   "forward: remove it")
+    key = _flag(args, "reward_key")
+    graph_key = plan.reward.key if plan.reward is not None else None
+    if key not in (_MISSING, None) and graph_key is not None and key != graph_key:
+        out.append(f"--reward-key {key} differs from the graph's reward.key '{graph_key}': "
+                   "generate credits the graph's key; drop --reward-key or make them equal")
+    return out
+
+
 def from_args(args: Any, plan: Plan) -> SlimeConfig:
+    """The typed view of `args` for this plan; SlimeConfigError lists every problem found."""
     get = lambda name, default=None: getattr(args, name, default)  # noqa: E731
+    problems = flag_problems(args, plan)
+    policy = plan.models.get(POLICY)
     ip, port = get("sglang_router_ip"), get("sglang_router_port")
-    if ip is None or port is None:
-        raise SlimeConfigError("slime args have no sglang_router_ip/sglang_router_port: the policy's router "
-                               "is unknown (is this running inside slime's rollout manager?)")
+    urls: dict[str, str] = {}
+    if ip is not None and port is not None:
+        urls[POLICY] = _url((ip, port))
+    elif policy is not None and policy.url:
+        urls[POLICY] = _url(policy.url)  # outside slime's rollout manager (no router): the graph's url
+    else:
+        problems.append("slime args have no sglang_router_ip/sglang_router_port: the policy's router is "
+                        "unknown (is this running inside slime's rollout manager?)")
     routers: Mapping[str, Any] = get("sglang_model_routers") or {}
-    urls = {POLICY: _url((ip, port))}
     missing = []
     for name, decl in plan.models.items():
         if name == POLICY:
@@ -55,20 +135,23 @@ def from_args(args: Any, plan: Plan) -> SlimeConfig:
         if name in routers:
             urls[name] = _url(routers[name])
         elif decl.url:
-            urls[name] = decl.url
+            urls[name] = _url(decl.url)
         else:
             missing.append(name)
     if missing:
         served = ", ".join(sorted(routers)) or "none"
-        raise SlimeConfigError(
+        problems.append(
             f"model(s) {', '.join(missing)} of graph '{plan.name}' have no endpoint: not in slime's "
-            f"--sglang-config (it serves: {served}) and no url: in the graph. Add them to the sglang config "
-            "that `graphrl compile` writes, or give url: in the graph.")
-    hf = get("hf_checkpoint")
+            f"--sglang-config (it serves: {served}) and no url: in the graph. Pass the sglang_config.yaml "
+            "that `graphrl compile` writes for models with serve:, or give url: in the graph")
+    hf = get("hf_checkpoint") or (policy.tokenizer if policy is not None else None)
     if not hf:
-        raise SlimeConfigError("slime args have no hf_checkpoint: graphrl needs the policy's tokenizer")
+        problems.append("slime args have no hf_checkpoint: graphrl needs the policy's tokenizer")
+    if problems:
+        raise SlimeConfigError("graphrl cannot run this slime configuration:\n  - " + "\n  - ".join(problems))
+    tokenizers = {n: d.tokenizer for n, d in plan.models.items() if n != POLICY and d.tokenizer}
     return SlimeConfig(
-        hf_checkpoint=str(hf), urls=urls, max_response_len=get("rollout_max_response_len"),
-        max_context_len=get("rollout_max_context_len"), partial_rollout=bool(get("partial_rollout", False)),
-        apply_chat_template=bool(get("apply_chat_template", False)), reward_key=get("reward_key"),
-        timeout_s=float(get("graphrl_request_timeout_s", 900.0) or 900.0))
+        hf_checkpoint=str(hf), urls=urls, tokenizers=tokenizers,
+        max_response_len=get("rollout_max_response_len"), max_context_len=get("rollout_max_context_len"),
+        partial_rollout=bool(get("partial_rollout", False)), reward_key=get("reward_key"),
+        timeout_s=float(get("graphrl_request_timeout_s", 900.0) or 900.0), fanout=plan.training.fanout)

@@ -1,26 +1,48 @@
 """Reward post-processing for slime: samples (flattened) -> (raw rewards, normalised rewards).
 
-Input: every sample of a rollout step, in slime's order; `args` (reward_key, advantage_estimator,
-rewards_normalization, grpo_std_normalization); the plan (credit mode).
-Output: two lists aligned with `samples`.
+Input: every sample of a rollout step, in slime's order (slime's --custom-reward-post-process-path
+calls `f(args, samples)`); `args` (reward_key, advantage_estimator, rewards_normalization,
+grpo_std_normalization); the plan (credit mode, group reward).
+Output: two lists aligned with `samples`: raw = each sample's rollout reward (what slime logs),
+normalised = what slime trains on.
 
 Why: with fan-out a prompt group holds a different number of samples per rollout, so slime's default
-(reshape by n_samples_per_prompt, or one global group) is wrong. Here each rollout counts once: its
-reward is normalised within its prompt group (GRPO: minus the group mean, divided by the std when
-grpo_std_normalization), then credited to its samples — `even`: divided by the rollout's number of
-samples, `broadcast`: given to each. Rollouts removed from training still count in their group.
+(reshape by n_samples_per_prompt, else one global group) is wrong, and counting samples would weigh
+a rollout by how many samples it made. Here each rollout counts once:
+  1. rollouts are keyed by (group_index, rollout_id); the rollout's reward is the uncredited
+     reward generate stored in metadata["graphrl"] (0 for failed/aborted rollouts, which still
+     count), else the mean of its samples' rewards (a graph without reward: slime's RM scored them);
+  2. a graph with `reward.group` replaces the rollout rewards of each prompt group by the group
+     reward function's (None: the rollout gets no signal);
+  3. within a prompt group: minus the group mean, divided by (std + 1e-6) when the estimator and
+     grpo_std_normalization ask for it (unbiased std, as slime's torch.std; a group of one -> 0);
+     estimators slime does not normalise get the reward as is;
+  4. credit to the rollout's samples: `even` -> value / number of samples, `broadcast` -> value.
 """
 
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..plan import Plan
 
 GROUP_ESTIMATORS = ("grpo", "gspo", "cispo", "reinforce_plus_plus_baseline")
 STD_ESTIMATORS = ("grpo", "gspo", "cispo")
+
+
+@dataclass
+class Rollout:
+    """One rollout's view for post-processing (the members a group reward function receives)."""
+
+    rollout_id: Any
+    group: Any
+    indices: list[int] = field(default_factory=list)
+    reward: float = 0.0
+    status: str = "completed"
+    info: dict[str, Any] = field(default_factory=dict)  # metadata["graphrl"] of its first sample
+    row_metadata: dict[str, Any] = field(default_factory=dict)
 
 
 def _value(reward: Any, key: str | None) -> float:
@@ -31,39 +53,73 @@ def _value(reward: Any, key: str | None) -> float:
     return 0.0 if reward is None else float(reward)
 
 
-def post_process(args: Any, samples: list[Any], plan: Plan) -> tuple[list[float], list[float]]:
+def rollouts_by_group(args: Any, samples: list[Any]) -> dict[Any, list[Rollout]]:
+    """Samples -> prompt groups of rollouts, in first-seen order; each rollout's reward (step 1)."""
     key = getattr(args, "reward_key", None)
-    raw = [_value(s.reward, key) for s in samples]
-    groups: "OrderedDict[Any, OrderedDict[Any, list[int]]]" = OrderedDict()
-    rollout_reward: dict[tuple[Any, Any], float] = {}
+    groups: dict[Any, dict[Any, Rollout]] = {}
     for i, s in enumerate(samples):
-        info = (getattr(s, "metadata", None) or {}).get("graphrl") or {}
         rid = getattr(s, "rollout_id", None)
         rid = ("sample", i) if rid is None else rid
         gid = getattr(s, "group_index", None)
-        groups.setdefault(gid, OrderedDict()).setdefault(rid, []).append(i)
-        if (gid, rid) not in rollout_reward:
-            rr = info.get("rollout_reward")
-            rollout_reward[(gid, rid)] = _value(rr, key) if rr is not None else raw[i]
-    normalize = (getattr(args, "advantage_estimator", "grpo") in GROUP_ESTIMATORS
-                 and getattr(args, "rewards_normalization", True))
-    use_std = getattr(args, "advantage_estimator", "grpo") in STD_ESTIMATORS and getattr(
-        args, "grpo_std_normalization", True)
+        ro = groups.setdefault(gid, {}).get(rid)
+        if ro is None:
+            meta = dict(getattr(s, "metadata", None) or {})
+            info = meta.pop("graphrl", None) or {}
+            ro = groups[gid][rid] = Rollout(rid, gid, info=info, status=info.get("status", "completed"),
+                                            row_metadata={k: v for k, v in meta.items()
+                                                          if k not in ("raw_reward", "round_number")})
+        ro.indices.append(i)
+    for rollouts in groups.values():
+        for ro in rollouts.values():
+            if "rollout_reward" in ro.info:  # None for failed/aborted rollouts: 0, still counted
+                ro.reward = _value(ro.info["rollout_reward"], key)
+            else:
+                values = [_value(samples[i].reward, key) for i in ro.indices]
+                ro.reward = sum(values) / len(values)
+    return {gid: list(r.values()) for gid, r in groups.items()}
+
+
+def _normalise(values: list[float], args: Any) -> list[float]:
+    estimator = getattr(args, "advantage_estimator", "grpo")
+    if estimator not in GROUP_ESTIMATORS or not getattr(args, "rewards_normalization", True):
+        return list(values)
+    mean = sum(values) / len(values)
+    adv = [v - mean for v in values]
+    if estimator in STD_ESTIMATORS and getattr(args, "grpo_std_normalization", True):
+        if len(adv) < 2:
+            return [0.0] * len(adv)
+        std = math.sqrt(sum(a * a for a in adv) / (len(adv) - 1))
+        adv = [a / (std + 1e-6) for a in adv]
+    return adv
+
+
+def group_reward_function(plan: Plan):
+    """The function behind `reward.group` for slime: (plan, args, [Rollout]) -> [float | None]."""
+    try:
+        from ...rewards.group import group_rewards  # provided by graphrl.rewards
+    except ImportError:
+        raise ValueError(f"graph '{plan.name}' has reward.group '{plan.reward.group.fn}' but this graphrl has no "
+                         "graphrl.rewards.group.group_rewards to compute it for slime") from None
+    return group_rewards
+
+
+def post_process(args: Any, samples: list[Any], plan: Plan) -> tuple[list[float], list[float]]:
+    groups = rollouts_by_group(args, samples)
+    group_fn = group_reward_function(plan) if plan.reward is not None and plan.reward.group else None
     credit = plan.reward.credit if plan.reward else "even"
+    raw = [0.0] * len(samples)
     out = [0.0] * len(samples)
-    for gid, rollouts in groups.items():
-        values = [rollout_reward[(gid, rid)] for rid in rollouts]
-        if normalize:
-            mean = sum(values) / len(values)
-            adv = [v - mean for v in values]
-            if use_std:
-                # unbiased std, as torch.std (slime's default path) computes it
-                std = math.sqrt(sum(a * a for a in adv) / (len(adv) - 1)) if len(adv) > 1 else float("nan")
-                adv = [a / (std + 1e-6) if not math.isnan(std) else 0.0 for a in adv]
-        else:
-            adv = values
-        for a, idxs in zip(adv, rollouts.values()):
-            share = a / len(idxs) if credit == "even" else a
-            for i in idxs:
+    for rollouts in groups.values():
+        for ro in rollouts:
+            for i in ro.indices:
+                raw[i] = ro.reward
+        values: list[float | None] = [ro.reward for ro in rollouts]
+        if group_fn is not None:
+            values = list(group_fn(plan, args, rollouts))
+        scored = [(ro, v) for ro, v in zip(rollouts, values) if v is not None]
+        adv = _normalise([float(v) for _, v in scored], args) if scored else []
+        for (ro, _), a in zip(scored, adv):
+            share = a / len(ro.indices) if credit == "even" else a
+            for i in ro.indices:
                 out[i] = share
     return raw, out

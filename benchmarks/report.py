@@ -1,0 +1,104 @@
+"""Results -> the printed tables: per workflow and concurrency, each system's medians over repeats,
+the graphrl/careful ratios, the scaling table, and the verdict on each target.
+
+Input: the list of cell result dicts (benchmarks.client) and the scaling result dicts.
+Output: markdown text (what `benchmarks.run` prints and docs/performance.md quotes).
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+SYSTEMS = ("graphrl", "careful", "text")
+NUMERIC = ("wall_s", "rollouts_per_s", "latency_p50_s", "latency_p99_s", "cpu_ms_per_call",
+           "tokenise_ms_per_call", "decode_ms_per_call", "overhead_ms_per_call", "rss_peak_mb", "rss_growth_mb")
+
+
+def merge(cells: list[dict[str, Any]]) -> dict[tuple[str, int, str], dict[str, Any]]:
+    """(workflow, concurrency, system) -> the median over repeats of the timings; counts from the
+    first repeat (they are identical across repeats: same data, seeds and server)."""
+    groups: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
+    for c in cells:
+        groups.setdefault((c["workflow"], c["concurrency"], c["system"]), []).append(c)
+    out = {}
+    for key, runs in groups.items():
+        row = dict(runs[0])
+        for k in NUMERIC:
+            row[k] = statistics.median(r[k] for r in runs)
+        row["repeats"] = len(runs)
+        row["walls"] = [round(r["wall_s"], 3) for r in runs]
+        out[key] = row
+    return out
+
+
+def _f(x: float, nd: int = 2) -> str:
+    return f"{x:.{nd}f}"
+
+
+def cell_table(merged: dict, workflow: str) -> str:
+    head = ("| system | conc | rollouts | rollouts/s | p50 s | p99 s | CPU ms/call | tokenise ms/call | "
+            "CPU excl. tokenise ms/call (of it decode) | LLM calls | prompt tokens | cache hit (policy / all) | "
+            "mismatched tokens (turns) | peak RSS MB (growth) | mean reward |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for conc in sorted({k[1] for k in merged if k[0] == workflow}):
+        for system in SYSTEMS:
+            r = merged.get((workflow, conc, system))
+            if r is None:
+                continue
+            lines.append(
+                f"| {system} | {conc} | {r['rollouts']} | {_f(r['rollouts_per_s'])} | {_f(r['latency_p50_s'])} | "
+                f"{_f(r['latency_p99_s'])} | {_f(r['cpu_ms_per_call'])} | {_f(r['tokenise_ms_per_call'])} | "
+                f"{_f(r['overhead_ms_per_call'])} ({_f(r.get('decode_ms_per_call', 0.0))}) | {r['calls']} | "
+                f"{r['prompt_tokens']} | "
+                f"{r['policy_hit_rate']:.3f} / {r['hit_rate']:.3f} | {r['mismatch_tokens']} ({r['mismatch_turns']}) | "
+                f"{r['rss_peak_mb']:.0f} ({r['rss_growth_mb']:+.0f}) | {r['mean_reward']:.3f} |")
+    return "\n".join(lines)
+
+
+def ratio_table(merged: dict, workflow: str) -> str:
+    head = ("| conc | wall | rollouts/s | p50 | p99 | CPU/call | CPU excl. tokenise/call | cache hit (policy) | "
+            "peak RSS | same requests as careful |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for conc in sorted({k[1] for k in merged if k[0] == workflow}):
+        g, c = merged.get((workflow, conc, "graphrl")), merged.get((workflow, conc, "careful"))
+        if g is None or c is None:
+            continue
+        q = lambda k: g[k] / c[k] if c[k] else float("nan")  # noqa: E731
+        same = "yes" if (g["prompt_digest"], g["work_digest"]) == (c["prompt_digest"], c["work_digest"]) else "NO"
+        lines.append(f"| {conc} | {q('wall_s'):.3f} | {q('rollouts_per_s'):.3f} | {q('latency_p50_s'):.3f} | "
+                     f"{q('latency_p99_s'):.3f} | {q('cpu_ms_per_call'):.2f} | {q('overhead_ms_per_call'):.2f} | "
+                     f"{q('policy_hit_rate'):.3f} | {q('rss_peak_mb'):.2f} | {same} |")
+    return "\n".join(lines)
+
+
+def scaling_table(rows: list[dict[str, Any]]) -> str:
+    head = ("| system | chunks per document | rollouts | LLM calls | CPU ms/chunk | tokenise ms/chunk | "
+            "CPU excl. tokenise ms/chunk | wall s | mismatched tokens |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in sorted(rows, key=lambda r: (r["system"] != "graphrl", r["chunks"])):
+        n = max(r["calls"] - r["rollouts"], 1)  # memorize calls = chunks processed
+        lines.append(f"| {r['system']} | {r['chunks']} | {r['rollouts']} | {r['calls']} | "
+                     f"{1e3 * r['cpu_s'] / n:.3f} | {r['tokenise_ms_per_call'] * r['calls'] / n:.3f} | "
+                     f"{r['overhead_ms_per_call'] * r['calls'] / n:.3f} | {r['wall_s']:.2f} | {r['mismatch_tokens']} |")
+    return "\n".join(lines)
+
+
+def verdicts(merged: dict, overhead_budget_ms: float = 0.5, wall_budget: float = 1.02) -> list[str]:
+    out = []
+    for (wf, conc, system), g in sorted(merged.items()):
+        if system != "graphrl":
+            continue
+        c = merged.get((wf, conc, "careful"))
+        t = merged.get((wf, conc, "text"))
+        if c is None:
+            continue
+        ratio = g["wall_s"] / c["wall_s"]
+        out.append(f"{wf} c={conc}: wall {ratio:.3f}x careful [{'PASS' if ratio <= wall_budget else 'MISS'}]; "
+                   f"CPU excl. tokenise {g['overhead_ms_per_call']:.3f} ms/call "
+                   f"[{'PASS' if g['overhead_ms_per_call'] <= overhead_budget_ms else 'MISS'}] "
+                   f"(careful {c['overhead_ms_per_call']:.3f}); mismatches graphrl {g['mismatch_tokens']} / careful "
+                   f"{c['mismatch_tokens']} / text {t['mismatch_tokens'] if t else 'n/a'} "
+                   f"[{'PASS' if g['mismatch_tokens'] == 0 else 'MISS'}]; policy cache hit {g['policy_hit_rate']:.3f} vs "
+                   f"{c['policy_hit_rate']:.3f} [{'PASS' if g['policy_hit_rate'] >= c['policy_hit_rate'] - 1e-12 else 'MISS'}]")
+    return out

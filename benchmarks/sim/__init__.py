@@ -1,0 +1,1 @@
+"""The simulated SGLang server: deterministic agent-turn outputs with configurable latency."""

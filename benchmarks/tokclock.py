@@ -1,0 +1,113 @@
+"""Tokenisation time, measured apart from the rest of a client's CPU time.
+
+`TimedTokenizer(tokenizer)` behaves like the Hugging Face tokenizer it wraps (attributes and methods
+are delegated) but adds the CPU time (per-thread, `time.thread_time`) of every text -> ids call to
+`encode_s`: `encode`, `__call__`, and `backend_tokenizer.encode` / `encode_batch` (graphrl's chat
+renderer calls the backend directly). Decoding (`decode`, on both) is timed apart in `decode_s` and,
+like template rendering, stays in the "overhead" part. `install(clock_path)` points graphrl's slime target and the baselines at one
+shared timed tokenizer.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from typing import Any
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.encode_s = 0.0
+        self.decode_s = 0.0
+        self._lock = threading.Lock()
+
+    def add(self, dt: float) -> None:
+        with self._lock:
+            self.encode_s += dt
+
+    def add_decode(self, dt: float) -> None:
+        with self._lock:
+            self.decode_s += dt
+
+
+class _TimedBackend:
+    def __init__(self, inner: Any, clock: _Clock):
+        self._inner, self._clock = inner, clock
+
+    def encode(self, *a: Any, **k: Any) -> Any:
+        t = time.thread_time()
+        try:
+            return self._inner.encode(*a, **k)
+        finally:
+            self._clock.add(time.thread_time() - t)
+
+    def encode_batch(self, *a: Any, **k: Any) -> Any:
+        t = time.thread_time()
+        try:
+            return self._inner.encode_batch(*a, **k)
+        finally:
+            self._clock.add(time.thread_time() - t)
+
+    def decode(self, *a: Any, **k: Any) -> Any:
+        t = time.thread_time()
+        try:
+            return self._inner.decode(*a, **k)
+        finally:
+            self._clock.add_decode(time.thread_time() - t)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class TimedTokenizer:
+    def __init__(self, tokenizer: Any, clock: _Clock | None = None):
+        self._tok = tokenizer
+        self.clock = clock or _Clock()
+        self.backend_tokenizer = _TimedBackend(tokenizer.backend_tokenizer, self.clock)
+
+    def encode(self, *a: Any, **k: Any) -> Any:
+        t = time.thread_time()
+        try:
+            return self._tok.encode(*a, **k)
+        finally:
+            self.clock.add(time.thread_time() - t)
+
+    def __call__(self, *a: Any, **k: Any) -> Any:
+        t = time.thread_time()
+        try:
+            return self._tok(*a, **k)
+        finally:
+            self.clock.add(time.thread_time() - t)
+
+    def decode(self, *a: Any, **k: Any) -> Any:
+        t = time.thread_time()
+        try:
+            return self._tok.decode(*a, **k)
+        finally:
+            self.clock.add_decode(time.thread_time() - t)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tok, name)
+
+
+@functools.lru_cache(maxsize=2)
+def _load(path: str) -> TimedTokenizer:  # one per process: cells run in one process share it
+    from transformers import AutoTokenizer
+
+    return TimedTokenizer(AutoTokenizer.from_pretrained(path))
+
+
+def install(hf_checkpoint: str, *, graphrl: bool) -> TimedTokenizer:
+    """Load the tokenizer once, wrap it, and make the baselines (and, if `graphrl`, graphrl's slime
+    target -- imported only then, so a baseline's process never loads graphrl) use it."""
+    from .baselines import common
+
+    timed = _load(hf_checkpoint)
+    loader = lambda path: timed  # noqa: E731
+    common.load_tokenizer = loader
+    if graphrl:
+        import graphrl.compilers.slime._tokenizer as graphrl_tok
+
+        graphrl_tok.load_tokenizer = loader
+    return timed

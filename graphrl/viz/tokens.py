@@ -1,0 +1,113 @@
+"""Token ids -> what each token looks like, for token strips (HTML and terminal).
+
+Input: a tokenizer choice (`qwen`: graphrl's offline Qwen tokenizer; `none`: show ids; else a local
+Hugging Face tokenizer directory) and token ids.
+Output: `TokenText` per id: its text when its bytes are valid UTF-8 on their own, otherwise its raw
+bytes (a token that holds part of a multi-byte character; viewers join such runs and decode them
+together), and whether it is a special/added token.
+
+Invariants: the tokenizer is imported lazily and only once per `Vocab`; a missing tokenizer is not an
+error: `load_vocab` falls back to ids and returns a notice saying why. Model output is never
+re-tokenised here: ids are only looked up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+
+@dataclass(frozen=True)
+class TokenText:
+    text: str | None  # None: `raw` holds bytes that are not valid UTF-8 by themselves
+    raw: bytes = b""
+    special: bool = False
+
+
+class Vocab:
+    """Looks token ids up in a tokenizer (or shows them as ids when `tokenizer` is None)."""
+
+    def __init__(self, name: str, tokenizer: Any | None = None):
+        self.name = name
+        self._tok = tokenizer
+        self._byte_map: dict[str, int] | None = None
+
+    def _bytes_of(self, piece: str) -> bytes | None:
+        if self._byte_map is None:
+            from ..models.tokenizer import byte_to_unicode
+
+            self._byte_map = {c: b for b, c in byte_to_unicode().items()}
+        try:
+            return bytes(self._byte_map[c] for c in piece)
+        except KeyError:
+            return None
+
+    def lookup(self, ids: Iterable[int]) -> dict[int, TokenText]:
+        ids = sorted(set(ids))
+        if self._tok is None:
+            return {i: TokenText(f"⟨{i}⟩", special=True) for i in ids}
+        pieces = self._tok.convert_ids_to_tokens(ids)
+        specials = set(getattr(self._tok, "all_special_ids", ()) or ())
+        added = getattr(self._tok, "added_tokens_decoder", None) or {}
+        out: dict[int, TokenText] = {}
+        for i, piece in zip(ids, pieces):
+            if piece is None:
+                out[i] = TokenText(f"⟨{i}⟩", special=True)
+            elif i in specials or i in added:
+                out[i] = TokenText(piece, special=True)
+            else:
+                raw = self._bytes_of(piece)
+                if raw is None:  # not byte-level BPE (e.g. sentencepiece): let the tokenizer decode it
+                    out[i] = TokenText(self._tok.decode([i]))
+                    continue
+                try:
+                    out[i] = TokenText(raw.decode("utf-8"))
+                except UnicodeDecodeError:
+                    out[i] = TokenText(None, raw)
+        return out
+
+
+def load_vocab(spec: str) -> tuple[Vocab, str | None]:
+    """`qwen`, `none` or a local tokenizer directory -> (Vocab, notice or None)."""
+    if spec == "none":
+        return Vocab("ids"), None
+    try:
+        if spec == "qwen":
+            from ..models.tokenizer import qwen_tokenizer
+
+            return Vocab("qwen", qwen_tokenizer()), None
+        from transformers import AutoTokenizer
+
+        return Vocab(spec, AutoTokenizer.from_pretrained(spec, local_files_only=True)), None
+    except Exception as exc:  # noqa: BLE001 - any failure here only costs the token texts
+        reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        return Vocab("ids"), f"token texts unavailable (tokenizer '{spec}': {reason}); showing token ids"
+
+
+def join_texts(seq: Sequence[int], table: dict[int, TokenText]) -> list[str]:
+    """Per-position display text: a run of partial-byte tokens shows its characters on the token that
+    completes them (the earlier ones show ''); bytes that never form valid UTF-8 show as U+FFFD."""
+    out: list[str] = []
+    pending, start = b"", 0
+    for pos, tid in enumerate(seq):
+        t = table[tid]
+        if t.text is not None:
+            if pending:  # an unfinished run ends here
+                out[start], pending = "\ufffd", b""
+            out.append(t.text)
+            continue
+        if not pending:
+            start = pos
+        pending += t.raw
+        try:
+            out.append(pending.decode("utf-8"))
+            pending = b""
+        except UnicodeDecodeError as exc:
+            if exc.reason == "unexpected end of data" and len(pending) < 8:
+                out.append("")
+            else:
+                out.append(pending.decode("utf-8", errors="replace"))
+                pending = b""
+    if pending:
+        out[start] = "\ufffd"
+    return out

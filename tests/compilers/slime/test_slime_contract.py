@@ -1,0 +1,371 @@
+"""The compiled generate/reward functions against slime's contract, with a stand-in for slime's Sample.
+
+Scripted engines (by model name) make every reply exact; the tokenizer is the real Qwen one. Each test
+checks one clause of slime-contract.md §1-§3 on both stand-ins: `SampleStandIn` (slime's
+append_response_tokens semantics) and `SampleStandInNoAppend` (the direct path).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import importlib.util
+import inspect
+import math
+
+import pytest
+from slime_standin import ArgsStandIn, SampleStandIn, SampleStandInNoAppend
+
+from graphrl.compilers.slime.config import SlimeConfigError
+from graphrl.engines.base import EngineError
+
+BOTH = pytest.mark.parametrize("Sample", [SampleStandIn, SampleStandInNoAppend], ids=["append", "direct"])
+ST = SampleStandIn.Status
+
+
+def _sample(Sample, prompt="What is the capital of France?", label="Paris", index=7, group=3, **kw):
+    return Sample(prompt=prompt, label=label, index=index, group_index=group, session_id="sess-7",
+                  metadata={"source_name": "unit"}, **kw)
+
+
+def _untimed(x):
+    """Metadata without wall-clock values (latencies differ between two runs)."""
+    if isinstance(x, dict):
+        return {k: _untimed(v) for k, v in x.items() if k not in ("latency_s",)}
+    if isinstance(x, list):
+        return [_untimed(v) for v in x]
+    return x
+
+
+def _fields(s):
+    return dict(tokens=s.tokens, response_length=s.response_length, loss_mask=s.loss_mask,
+                rollout_log_probs=s.rollout_log_probs, response=s.response, status=s.status.value,
+                reward=s.reward, remove_sample=s.remove_sample, rollout_id=s.rollout_id,
+                metadata=_untimed(s.metadata))
+
+
+# ---------------------------------------------------------------------------------------- signatures
+def test_compiled_module_signatures(slime_kit):
+    out = slime_kit.compile("fanout")
+    spec = importlib.util.spec_from_file_location("compiled_fanout", out / f"{slime_kit.module_name()}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    params = list(inspect.signature(mod.generate).parameters)
+    assert params[:3] == ["args", "sample", "sampling_params"]  # slime's plugin contract test
+    assert "evaluation" in params  # slime passes evaluation= only to a parameter of that name
+    assert inspect.signature(mod.generate).parameters["evaluation"].default is False
+    assert inspect.iscoroutinefunction(mod.generate) and inspect.iscoroutinefunction(mod.reward_func)
+    assert list(inspect.signature(mod.reward_func).parameters)[:2] == ["args", "sample"]
+    assert list(inspect.signature(mod.post_process_rewards).parameters) == ["args", "samples"]
+    assert not any(name.startswith("slime") for name in mod.__dict__)  # nothing imports slime
+
+
+# ---------------------------------------------------------------------------------------- one sample
+@BOTH
+def test_single_sample_prompt_first_tokens_mask_and_logprobs(slime_kit, Sample):
+    slime_kit.compile("single")
+    eng = slime_kit.engine(["Paris"])
+    sample = _sample(Sample)
+    got = slime_kit.run(slime_kit.target({"policy": eng}), sample, ArgsStandIn())
+    assert got is sample  # the incoming object, filled
+    req = eng.requests[0]
+    reply = slime_kit.reply("Paris")
+    n = got.response_length
+    assert n == len(reply.output_ids)
+    assert got.tokens[:-n] == list(req.input_ids)  # prompt ids first: exactly what was sent
+    assert got.tokens[-n:] == list(reply.output_ids)  # then exactly what came back
+    assert got.loss_mask == [1] * n
+    assert got.rollout_log_probs == pytest.approx(list(reply.logprobs))
+    assert got.status == ST.COMPLETED and got.reward == 1.0 and got.remove_sample is False
+    assert got.rollout_id == 7 and got.group_index == 3
+    assert req.session_id == "sess-7"  # slime's session id is the routing key
+    assert got.response.startswith("Paris")
+    info = got.metadata["graphrl"]
+    assert info["spans"] == [{"node": "solve", "visit": 1, "start": 0, "end": n, "mask": 1, "kind": "generated"}]
+    assert info["status"] == "completed" and info["rollout_reward"] == 1.0
+    assert got.metadata["source_name"] == "unit" and got.metadata["raw_reward"] == 1.0
+    assert got.metadata["round_number"] == 1
+
+
+def test_both_paths_agree_field_by_field(slime_kit):
+    slime_kit.compile("multiturn")
+    script = ["I will look.", "A hint.", "Paris"]
+    eng = slime_kit.engine(script)
+    a = slime_kit.run(slime_kit.target({"policy": eng}), _sample(SampleStandIn), ArgsStandIn())
+    b = slime_kit.run(slime_kit.target({"policy": slime_kit.engine(script)}), _sample(SampleStandInNoAppend),
+                      ArgsStandIn())
+    assert _fields(a) == _fields(b)
+    # the append path also keeps slime's per-call statistics, as slime's own multi-turn generate does
+    assert a.prefix_cache_info.cached_tokens == 3 * 3
+    assert a.prefix_cache_info.total_prompt_tokens == sum(len(r.input_ids) for r in eng.requests)
+
+
+@BOTH
+def test_multiturn_masks_align_with_engine_calls(slime_kit, Sample):
+    import slime_tools
+
+    slime_tools.CALLS.clear()
+    slime_kit.compile("multiturn")
+    eng = slime_kit.engine(["I will look.", "A hint.", "Paris"])
+    got = slime_kit.run(slime_kit.target({"policy": eng}), _sample(Sample), ArgsStandIn())
+    n = got.response_length
+    prompt_len = len(got.tokens) - n
+    assert len(got.loss_mask) == n == len(got.rollout_log_probs)
+    spans = got.metadata["graphrl"]["spans"]
+    kinds = [(s["node"], s["kind"], s["mask"]) for s in spans]
+    assert ("think", "generated", 1) in kinds and ("answer", "generated", 1) in kinds
+    assert ("hint", "generated", 0) in kinds  # train: false -> masked
+    assert any(k == "observation" and m == 0 for _, k, m in kinds)  # the tool result is masked
+    calls = iter(eng.requests)
+    for sp in spans:
+        lo, hi = sp["start"], sp["end"]
+        assert set(got.loss_mask[lo:hi]) == {sp["mask"]}
+        if sp["mask"] == 0:
+            assert set(got.rollout_log_probs[lo:hi]) == {0.0}
+        if sp["kind"] == "generated":
+            req = next(calls)
+            # token-exact: the sample up to this span is exactly the request, the span its reply
+            assert list(req.input_ids) == got.tokens[:prompt_len + lo]
+            reply = slime_kit.reply(["I will look.", "A hint.", "Paris"][req.call_index])
+            assert got.tokens[prompt_len + lo:prompt_len + hi] == list(reply.output_ids)
+            if sp["mask"] == 1:
+                assert got.rollout_log_probs[lo:hi] == pytest.approx(list(reply.logprobs))
+    assert slime_tools.CALLS == ["I will look."]
+    assert got.metadata["round_number"] == 3
+
+
+# ---------------------------------------------------------------------------------------- statuses
+@BOTH
+@pytest.mark.parametrize("finish,status", [(None, ST.COMPLETED), ("length", ST.TRUNCATED), ("abort", ST.ABORTED)])
+def test_status_follows_the_finish_reason(slime_kit, Sample, finish, status):
+    slime_kit.compile("single")
+    eng = slime_kit.engine([("Paris", finish) if finish else "Paris"])
+    got = slime_kit.run(slime_kit.target({"policy": eng}), _sample(Sample), ArgsStandIn())
+    assert got.status.value == status.value
+    assert got.response_length == len(slime_kit.reply(("Paris", finish) if finish else "Paris").output_ids)
+    if finish == "abort":
+        assert got.remove_sample is True and got.reward == 0.0  # no reward model for ABORTED; trains nothing
+    else:
+        assert got.remove_sample is False and got.reward == 1.0
+
+
+@BOTH
+@pytest.mark.parametrize("abort_at", [0, 1])
+def test_abort_mid_graph_stops_at_once(slime_kit, Sample, abort_at):
+    import slime_tools
+
+    slime_tools.CALLS.clear()
+    slime_kit.compile("multiturn")
+    replies = ["I will look.", "A hint.", "Paris"]
+    replies[abort_at] = (replies[abort_at], "abort")
+    eng = slime_kit.engine(replies)
+    got = slime_kit.run(slime_kit.target({"policy": eng}), _sample(Sample), ArgsStandIn())
+    assert len(eng.requests) == abort_at + 1  # no engine call after the abort
+    assert len(slime_tools.CALLS) == (0 if abort_at == 0 else 1)  # and no tool call either
+    assert got.status.value == "aborted" and got.remove_sample is True
+    assert got.reward == 0.0
+    last = got.metadata["graphrl"]["spans"][-1]
+    partial = slime_kit.reply(replies[abort_at]).output_ids
+    assert got.tokens[-len(partial):] == list(partial)  # the partial tokens are kept, well-formed
+    assert len(got.loss_mask) == got.response_length == len(got.rollout_log_probs)
+    assert last["node"] == ["think", "hint"][abort_at]
+
+
+def test_graph_routed_abort_gives_a_placeholder(slime_kit):
+    slime_kit.compile("routed_abort")
+    eng = slime_kit.engine([])
+    got = slime_kit.run(slime_kit.target({"policy": eng}), _sample(SampleStandIn, prompt=""), ArgsStandIn())
+    assert eng.requests == []
+    assert got.status == ST.ABORTED and got.remove_sample is True and got.reward == 0.0
+    assert got.response_length == 1 and len(got.tokens) == 2 and got.loss_mask == [0]
+    assert got.rollout_log_probs == [0.0]
+    assert got.metadata["graphrl"]["placeholder"] is True
+
+
+@BOTH
+def test_engine_failure_is_a_failed_sample_not_an_exception(slime_kit, Sample):
+    slime_kit.compile("single")
+
+    def boom(prompt, i):
+        raise EngineError("connection refused")
+
+    got = slime_kit.run(slime_kit.target({"policy": slime_kit.engine(boom)}), _sample(Sample), ArgsStandIn())
+    assert got.status.value == "failed" and got.remove_sample is True and got.reward == 0.0
+    assert got.response_length == 1 and "connection refused" in got.metadata["graphrl"]["error"]
+
+
+# ---------------------------------------------------------------------------------------- fan-out
+def _fanout_engines(slime_kit, answer="Paris"):
+    policy = slime_kit.engine(lambda p, i: answer if p.count("Answer") else f"draft {i}")
+    critic = slime_kit.engine(["no", "yes"])
+    helper = slime_kit.engine(["think of rivers"])
+    return {"policy": policy, "critic": critic, "helper": helper}
+
+
+def _fanout_args(**kw):
+    base = {"sglang_model_routers": {"helper": ("10.0.0.9", 31000)},
+            "custom_reward_post_process_path": "graphrl_fanout.post_process_rewards"}
+    return ArgsStandIn(**{**base, **kw})
+
+
+@BOTH
+def test_fanout_siblings_share_rollout_id_and_split_the_reward(slime_kit, Sample):
+    slime_kit.compile("fanout")
+    engines = _fanout_engines(slime_kit)
+    sample = _sample(Sample, index=11, group=5)
+    out = slime_kit.run(slime_kit.target(engines), sample, _fanout_args())
+    assert isinstance(out, list) and len(out) == 3  # draft, draft, answer
+    assert out[0] is sample and all(o is not sample for o in out[1:])
+    assert len({id(o) for o in out}) == 3
+    assert [o.rollout_id for o in out] == [11, 11, 11]  # rollout_id = the incoming sample.index
+    assert [o.index for o in out] == [11, 11, 11] and [o.group_index for o in out] == [5, 5, 5]
+    assert [o.metadata["graphrl"]["sample_index"] for o in out] == [0, 1, 2]
+    assert math.fsum(o.reward for o in out) == pytest.approx(1.0)  # even credit: not multiplied
+    assert all(o.reward == pytest.approx(1 / 3) for o in out)
+    assert all(o.metadata["graphrl"]["rollout_reward"] == 1.0 for o in out)
+    assert all(o.metadata["raw_reward"] == 1.0 for o in out)
+    for o, node in zip(out, ["draft", "draft", "answer"]):
+        assert o.loss_mask == [1] * o.response_length
+        assert [s["node"] for s in o.metadata["graphrl"]["spans"]] == [node]
+    assert len(engines["critic"].requests) == 2 and len(engines["helper"].requests) == 1
+    assert out[0].metadata["graphrl"]["path"][0] == ["hint", 1]
+    assert "path" not in out[1].metadata["graphrl"]
+
+
+def test_fanout_broadcast_credit(slime_kit):
+    from conftest import GRAPHS
+
+    src = slime_kit.tmp / "broadcast.yaml"
+    src.write_text((GRAPHS / "fanout.yaml").read_text().replace("credit: even", "credit: broadcast"))
+    slime_kit.compile(src, out="b")
+    out = slime_kit.run(slime_kit.target(_fanout_engines(slime_kit)), _sample(SampleStandIn), _fanout_args())
+    assert [o.reward for o in out] == [1.0, 1.0, 1.0]
+
+
+def test_fanout_wrong_answer_and_reward_func(slime_kit):
+    slime_kit.compile("fanout")
+    target = slime_kit.target(_fanout_engines(slime_kit, answer="Lyon"))
+    out = slime_kit.run(target, _sample(SampleStandIn), _fanout_args())
+    assert [o.reward for o in out] == [0.0, 0.0, 0.0]
+    args = _fanout_args()
+    assert asyncio.run(target.reward_func(args, out)) == [0.0, 0.0, 0.0]  # a list in, a list out
+    assert asyncio.run(target.reward_func(args, out[0])) == 0.0
+    stray = SampleStandIn(prompt="x")
+    with pytest.raises(ValueError, match="not produced by a graphrl generate"):
+        asyncio.run(target.reward_func(args, stray))
+
+
+def test_endpoints_from_routers_and_graph_urls(slime_kit):
+    slime_kit.compile("fanout")
+    seen = {}
+    engines = _fanout_engines(slime_kit)
+
+    from graphrl.compilers.slime.adapter import SlimeTarget
+
+    target = SlimeTarget(slime_kit.out / "plan.json", tokenizer_loader=lambda p: slime_kit.tok,
+                         engine_factory=lambda name, url, cfg: seen.setdefault(name, url) and engines[name])
+    slime_kit.run(target, _sample(SampleStandIn), _fanout_args(sglang_router_ip="10.0.0.1", sglang_router_port=30000))
+    assert seen == {"policy": "http://10.0.0.1:30000", "helper": "http://10.0.0.9:31000",
+                    "critic": "http://127.0.0.1:39999"}
+
+
+def test_unknown_model_is_an_error_not_a_fallback(slime_kit):
+    slime_kit.compile("fanout")
+    target = slime_kit.target(_fanout_engines(slime_kit))
+    args = _fanout_args(sglang_model_routers={"other": ("10.0.0.2", 1)})
+    with pytest.raises(SlimeConfigError, match=r"helper.*no endpoint.*it serves: other"):
+        slime_kit.run(target, _sample(SampleStandIn), args)
+
+
+# ---------------------------------------------------------------------------------------- eval
+def test_eval_mode_own_session_and_shared_sampling_untouched(slime_kit):
+    slime_kit.compile("single")
+    eng = slime_kit.engine(["Paris", "Paris"])
+    target = slime_kit.target({"policy": eng})
+    shared = dict(slime_kit_sampling := {"temperature": 0.3, "top_p": 1.0, "top_k": 1, "max_new_tokens": 64,
+                                         "stop": None, "stop_token_ids": None, "skip_special_tokens": False,
+                                         "no_stop_trim": True, "spaces_between_special_tokens": False})
+    before = copy.deepcopy(shared)
+    a = _sample(SampleStandIn, index=0)
+    a.session_id = None  # slime's eval path does not set one
+    b = _sample(SampleStandIn, index=1)
+    b.session_id = None
+    args = ArgsStandIn()
+
+    async def both():
+        await asyncio.gather(target.generate(args, a, shared, evaluation=True),
+                             target.generate(args, b, shared, evaluation=True))
+
+    asyncio.run(both())
+    assert shared == before and slime_kit_sampling is not None  # one dict for all eval samples: only read
+    sessions = [r.session_id for r in eng.requests]
+    assert all(s and s.startswith("graphrl-eval-") for s in sessions) and len(set(sessions)) == 2
+    assert all(r.sampling_params["temperature"] == 0.3 and r.sampling_params["top_k"] == 1 for r in eng.requests)
+    assert a.reward == 1.0 and a.status == ST.COMPLETED
+
+
+def test_eval_fanout_gives_one_sample_with_the_whole_reward(slime_kit):
+    slime_kit.compile("fanout")
+    out = slime_kit.run(slime_kit.target(_fanout_engines(slime_kit)), _sample(SampleStandIn), _fanout_args(),
+                        evaluation=True)
+    assert not isinstance(out, list)
+    assert out.reward == 1.0 and out.metadata["graphrl"]["num_samples"] == 3
+    assert [s["node"] for s in out.metadata["graphrl"]["spans"]] == ["answer"]
+
+
+# ---------------------------------------------------------------------------------------- partial rollout
+@BOTH
+def test_partial_rollout_sample_restarts_from_the_prompt(slime_kit, Sample):
+    slime_kit.compile("single")
+    fresh = slime_kit.run(slime_kit.target({"policy": slime_kit.engine(["Paris"])}), _sample(Sample),
+                          ArgsStandIn(partial_rollout=True))
+    back = _sample(Sample, tokens=[1, 2, 3, 4], response="Par", response_length=2, loss_mask=[0, 0],
+                   rollout_log_probs=[-1.0, -1.0], status=Sample.Status.ABORTED, reward=None)
+    back.metadata["start_rollout_id"] = 4
+    got = slime_kit.run(slime_kit.target({"policy": slime_kit.engine(["Paris"])}), back,
+                        ArgsStandIn(partial_rollout=True))
+    assert _fields(got) == _fields(fresh)
+
+
+def test_partial_rollout_is_refused_for_fanout(slime_kit):
+    slime_kit.compile("fanout")
+    with pytest.raises(SlimeConfigError, match="--partial-rollout"):
+        slime_kit.run(slime_kit.target(_fanout_engines(slime_kit)), _sample(SampleStandIn),
+                      _fanout_args(partial_rollout=True))
+
+
+# ---------------------------------------------------------------------------------------- flags
+def test_every_incompatible_flag_is_named_at_once(slime_kit):
+    slime_kit.compile("fanout")
+    args = _fanout_args(group_rm=True, dynamic_sampling_filter_path="x.f", log_passrate=True,
+                        custom_reward_post_process_path=None, use_dynamic_batch_size=False,
+                        apply_chat_template=True, rollout_top_p=0.9, use_rollout_routing_replay=True)
+    with pytest.raises(SlimeConfigError) as e:
+        slime_kit.run(slime_kit.target(_fanout_engines(slime_kit)), _sample(SampleStandIn), args)
+    msg = str(e.value)
+    for flag in ("--group-rm", "--dynamic-sampling-filter-path", "--log-passrate",
+                 "--custom-reward-post-process-path graphrl_fanout.post_process_rewards",
+                 "--use-dynamic-batch-size", "--apply-chat-template", "--rollout-top-p",
+                 "--use-rollout-routing-replay"):
+        assert flag in msg, flag
+
+
+def test_reward_key_wraps_the_credit(slime_kit):
+    slime_kit.compile("single")
+    got = slime_kit.run(slime_kit.target({"policy": slime_kit.engine(["Paris"])}), _sample(SampleStandIn),
+                        ArgsStandIn(reward_key="score"))
+    assert got.reward == {"score": 1.0}
+
+
+def test_config_is_converted_once(slime_kit, monkeypatch):
+    from graphrl.compilers.slime import adapter
+
+    slime_kit.compile("single")
+    target = slime_kit.target({"policy": slime_kit.engine(["Paris", "Paris", "Paris"])})
+    args = ArgsStandIn()
+    built = []
+    real = adapter._Wired.__init__
+    monkeypatch.setattr(adapter._Wired, "__init__", lambda self, *a: (built.append(1), real(self, *a))[1])
+    for i in range(3):
+        slime_kit.run(target, _sample(SampleStandIn, index=i), args)
+    assert built == [1]

@@ -1,0 +1,233 @@
+"""`graphrl launch`: dry run, the exit-4 errors, and full runs against a fake `ray` executable.
+
+The fake `ray` (written by the test) logs every invocation as a JSON line; `ray job submit` succeeds,
+fails, or hangs until `ray job stop` kills it (what stopping a real job does to the log stream). A
+fake slime checkout holds an empty train.py and a model script of the test's own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import GRAPHS, REPO
+
+from graphrl.cli import EXIT_MISSING_DEP, EXIT_USAGE, main
+from graphrl.compilers.plan import plan_from_path
+from graphrl.compilers.slime.emit import DEFAULT_TRAIN_ARGS, slime_flags
+
+FAKE_RAY = '''#!{python}
+import json, os, signal, sys, time
+args = sys.argv[1:]
+with open(os.environ["FAKE_RAY_LOG"], "a") as f:
+    f.write(json.dumps(args) + "\\n")
+if args[:2] == ["job", "submit"]:
+    mode = os.environ.get("FAKE_RAY_SUBMIT", "ok")
+    if mode == "hang":
+        with open(os.environ["FAKE_RAY_PIDFILE"], "w") as f:
+            f.write(str(os.getpid()))
+        print("fake job running", flush=True)
+        time.sleep(60)
+        sys.exit(1)
+    print("fake job logs: step 1", flush=True)
+    sys.exit(1 if mode == "fail" else 0)
+if args[:2] == ["job", "stop"]:
+    pidfile = os.environ.get("FAKE_RAY_PIDFILE")
+    if pidfile and os.path.exists(pidfile):
+        os.kill(int(open(pidfile).read()), signal.SIGTERM)
+sys.exit(0)
+'''
+
+MODEL_SCRIPT = """MODEL_ARGS=(
+   --num-layers 2
+   --hidden-size 64
+   --normalization "RMSNorm"
+)
+"""
+
+
+@pytest.fixture
+def env(tmp_path):
+    slime = tmp_path / "slime"
+    (slime / "scripts" / "models").mkdir(parents=True)
+    (slime / "train.py").write_text("")
+    (slime / "scripts" / "models" / "qwen2.5-0.5B.sh").write_text(MODEL_SCRIPT)
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    data = tmp_path / "train.jsonl"
+    data.write_text('{"prompt": "1+1?", "label": "2"}\n')
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    ray = bin_dir / "ray"
+    ray.write_text(FAKE_RAY.format(python=sys.executable))
+    ray.chmod(0o755)
+    log = tmp_path / "ray.log"
+    return {"slime": slime, "hf": hf, "data": data, "bin": bin_dir, "log": log, "tmp": tmp_path,
+            "vars": {"FAKE_RAY_LOG": str(log), "FAKE_RAY_PIDFILE": str(tmp_path / "submit.pid")}}
+
+
+def _no_ray_path() -> str:
+    return os.pathsep.join(d for d in os.environ["PATH"].split(os.pathsep) if not (Path(d) / "ray").exists())
+
+
+def _argv(env, graph="graphs/hello.yaml", *extra, out=None):
+    return ["launch", graph, "--slime-dir", str(env["slime"]), "--hf-checkpoint", str(env["hf"]),
+            "--data", str(env["data"]), "--out", str(out or env["tmp"] / "build"), *extra]
+
+
+def _calls(env):
+    return [json.loads(line) for line in env["log"].read_text().splitlines()] if env["log"].exists() else []
+
+
+def _spawn(env, argv, submit="ok"):
+    path = f"{env['bin']}{os.pathsep}{os.environ['PATH']}"
+    return subprocess.Popen([sys.executable, "-m", "graphrl.cli", *argv], cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, **env["vars"], "PATH": path, "FAKE_RAY_SUBMIT": submit})
+
+
+# ---------------------------------------------------------------------------------------- dry run
+def test_dry_run_prints_the_exact_commands(env, monkeypatch):
+    monkeypatch.chdir(REPO)
+    res = CliRunner().invoke(main, _argv(env, "graphs/memagent.yaml", "--dry-run", "--", "--num-rollout", "10"))
+    assert res.exit_code == 0, res.output
+    lines = [line for line in res.stdout.splitlines() if not line.startswith("#")]
+    preflight, start, submit = (shlex.split(line) for line in lines)
+    assert preflight[-1] == "import graphrl.compilers.slime.adapter, graphrl_memagent"
+    assert start[1:] == ["start", "--head", "--node-ip-address", "127.0.0.1", "--num-gpus", "1",
+                         "--disable-usage-stats"]
+    assert submit[1:3] == ["job", "submit"]
+    runtime = json.loads(next(w for w in submit if w.startswith("--runtime-env-json=")).split("=", 1)[1])
+    out = (env["tmp"] / "build").resolve()
+    assert runtime["env_vars"]["PYTHONPATH"].split(":") == ["/root/Megatron-LM", str(out), str(REPO / "graphs")]
+    train = submit[submit.index("--") + 1:]
+    assert train[:2] == ["python3", str(env["slime"].resolve() / "train.py")]
+    assert train[train.index("--colocate") + 1:][:5] == ["--num-layers", "2", "--hidden-size", "64", "--normalization"]
+    plan, _ = plan_from_path("graphs/memagent.yaml")
+    flags = slime_flags(plan, out)
+    i = train.index(flags[0])
+    assert train[i:i + len(flags)] == flags  # the same graph flags launch.sh holds
+    j = train.index(DEFAULT_TRAIN_ARGS[0])
+    assert tuple(train[j:j + len(DEFAULT_TRAIN_ARGS)]) == DEFAULT_TRAIN_ARGS
+    assert train[-2:] == ["--num-rollout", "10"]  # extra flags last
+    assert (out / "graphrl_memagent.py").exists() and (out / "launch.sh").exists()
+    assert "ray job stop" in res.stdout and "ray stop" in res.stdout
+
+
+def test_dry_run_without_ray_warns_but_succeeds(env, monkeypatch):
+    monkeypatch.chdir(REPO)
+    monkeypatch.setenv("PATH", _no_ray_path())
+    res = CliRunner().invoke(main, _argv(env, "graphs/hello.yaml", "--dry-run"))
+    assert res.exit_code == 0 and "no `ray` on PATH" in res.stderr
+
+
+# ---------------------------------------------------------------------------------------- exit 4 / 2 / 3
+def test_missing_slime_checkout_exits_4(env, monkeypatch):
+    monkeypatch.chdir(REPO)
+    (env["slime"] / "train.py").unlink()
+    res = CliRunner().invoke(main, _argv(env, "graphs/hello.yaml", "--dry-run"))
+    assert res.exit_code == EXIT_MISSING_DEP and "no slime checkout" in res.stderr and "git clone" in res.stderr
+
+
+def test_missing_model_script_exits_4_with_a_suggestion(env, monkeypatch):
+    monkeypatch.chdir(REPO)
+    res = CliRunner().invoke(main, _argv(env, "graphs/hello.yaml", "--model-args", "qwen2.5-05B", "--dry-run"))
+    assert res.exit_code == EXIT_MISSING_DEP
+    assert "qwen2.5-05B.sh" in res.stderr and "did you mean 'qwen2.5-0.5B'" in res.stderr
+
+
+def test_missing_ray_exits_4(env, monkeypatch):
+    monkeypatch.chdir(REPO)
+    monkeypatch.setenv("PATH", _no_ray_path())
+    res = CliRunner().invoke(main, _argv(env, "graphs/hello.yaml"))
+    assert res.exit_code == EXIT_MISSING_DEP and "pip install 'graphrl[ray]'" in res.stderr
+
+
+def test_job_python_without_graphrl_exits_4(env):
+    proc = _spawn(env, _argv(env, "graphs/hello.yaml", "--python", "/bin/false"))
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == EXIT_MISSING_DEP and "cannot import graphrl" in err
+    assert _calls(env) == []  # nothing was started
+
+
+def test_flags_a_fanout_graph_cannot_use_are_a_usage_error(env, monkeypatch):
+    monkeypatch.chdir(REPO)
+    res = CliRunner().invoke(main, _argv(env, "graphs/memagent.yaml", "--dry-run", "--", "--group-rm",
+                                         "--dynamic-sampling-filter-path", "x.y"))
+    assert res.exit_code == EXIT_USAGE
+    assert "--group-rm" in res.stderr and "--dynamic-sampling-filter-path" in res.stderr
+
+
+def test_graph_errors_exit_3(env, monkeypatch, tmp_path):
+    monkeypatch.chdir(REPO)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nnodes: {}\n")
+    res = CliRunner().invoke(main, _argv(env, str(bad), "--dry-run"))
+    assert res.exit_code == 3
+
+
+# ---------------------------------------------------------------------------------------- real runs (fake ray)
+def test_launch_starts_ray_submits_and_stops(env):
+    proc = _spawn(env, _argv(env, "graphs/hello.yaml", "--python", sys.executable, "--", "--lr", "2e-6"))
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    calls = _calls(env)
+    assert [c[:2] for c in calls] == [["start", "--head"], ["job", "submit"], ["stop"]]
+    assert "fake job logs: step 1" in out  # the job's logs are streamed
+    assert calls[1][-2:] == ["--lr", "2e-6"] and sys.executable in calls[1]
+
+
+def test_failed_job_still_stops_ray(env):
+    proc = _spawn(env, _argv(env, "graphs/hello.yaml", "--python", sys.executable), submit="fail")
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1 and "did not succeed" in err
+    assert [c[:2] for c in _calls(env)][-1] == ["stop"]
+
+
+def test_ctrl_c_stops_the_job_then_ray(env):
+    proc = _spawn(env, _argv(env, "graphs/hello.yaml", "--python", sys.executable), submit="hang")
+    deadline = time.monotonic() + 120
+    while not Path(env["vars"]["FAKE_RAY_PIDFILE"]).exists():
+        assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.poll() else ""
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    calls = _calls(env)
+    job_id = calls[1][calls[1].index("--submission-id") + 1]
+    assert [c[:2] for c in calls] == [["start", "--head"], ["job", "submit"], ["job", "stop"], ["stop"]]
+    assert calls[2][-1] == job_id  # the job itself is stopped, not just the log stream
+
+
+def test_launch_sh_runs_the_same_command(env):
+    """launch.sh (bash, variables) and graphrl launch (Python) submit the same slime command."""
+    proc = _spawn(env, _argv(env, "graphs/memagent.yaml", "--python", sys.executable))
+    proc.communicate(timeout=120)
+    from_launch = _calls(env)[1]
+    env["log"].unlink()
+    script = env["tmp"] / "build" / "launch.sh"
+    res = subprocess.run(["bash", str(script)], cwd=env["tmp"], capture_output=True, text=True,
+                         env={**os.environ, **env["vars"], "PATH": f"{env['bin']}{os.pathsep}{os.environ['PATH']}",
+                              "SLIME_DIR": str(env["slime"].resolve()), "HF_CHECKPOINT": str(env["hf"].resolve()),
+                              "PROMPT_DATA": str(env["data"].resolve())})
+    assert res.returncode == 0, res.stderr
+    calls = _calls(env)
+    from_script = calls[1]
+    assert [c[:2] for c in calls] == [["start", "--head"], ["job", "submit"], ["job", "stop"], ["stop"]]
+
+    def norm(cmd):
+        cmd = list(cmd)
+        cmd[cmd.index("--submission-id") + 1] = "<ID>"
+        i = cmd.index("--")
+        cmd[i + 1] = "<PYTHON>"
+        return cmd
+
+    assert norm(from_script) == norm(from_launch)

@@ -1,0 +1,244 @@
+"""Escape and exhaustion attempts against the python sandbox (graphrl.tools.python_exec).
+
+Each attempt states what must hold. Guarantees that depend on the OS (namespaces, read-only file
+systems, a process cap) are read from the sandbox's own report of the run, and a test that needs one
+the machine does not give is skipped with the reason, never passed vacuously. Every run has a
+timeout of 2-5 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from graphrl.tools.python_exec import OUTPUT_CAP, run_python, sandbox_report
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/mountinfo").exists(), reason="Linux only")
+
+
+def py(code: str, timeout: float = 3.0, **kw):
+    return asyncio.run(run_python(code, timeout=timeout, **kw))
+
+
+@pytest.fixture(scope="module")
+def report() -> dict:
+    return sandbox_report()
+
+
+def need(report: dict, key: str) -> None:
+    if not report.get(key):
+        pytest.skip(f"this machine does not allow it ({key} is false): {'; '.join(report.get('errors') or [])}")
+
+
+def leftovers(workdir: str) -> list[int]:
+    """Host pids (not zombies) whose working directory is inside `workdir`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                state = next(x for x in (entry / "status").read_text().splitlines() if x.startswith("State:"))
+                if "Z" not in state and os.readlink(entry / "cwd").startswith(workdir):
+                    found.append(int(entry.name))
+            except (OSError, StopIteration):
+                pass
+    return found
+
+
+def no_leftovers(workdir: str, within: float = 5.0) -> bool:
+    deadline = time.monotonic() + within
+    while leftovers(workdir) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not leftovers(workdir)
+
+
+# ---------------------------------------------------------------- exhaustion
+
+
+def test_the_report_says_what_held(report):
+    assert report["launcher"] is True
+    assert set(report["rlimits"]) == {"cpu_s", "memory_bytes", "file_bytes", "processes", "core_bytes"}
+    for key in ("network_isolated", "pid_namespace", "filesystem_readonly", "capabilities_dropped"):
+        assert isinstance(report[key], bool)
+
+
+@pytest.mark.parametrize("escape", [False, True], ids=["plain", "children-leave-the-session"])
+def test_fork_bomb_is_capped_and_everything_dies_at_the_timeout(report, escape):
+    if report.get("process_limit") is None:
+        pytest.skip("no process cap on this machine (root without a writable pids cgroup): "
+                    "a fork bomb would not be contained")
+    if escape:
+        need(report, "pid_namespace")  # without one, a child that calls setsid() escapes killpg
+    code = ("import os\nprint(os.getcwd(), flush=True)\nborn = 0\nwhile True:\n    try:\n"
+            f"        if os.fork() == 0 and {escape}:\n            os.setsid()\n        born += 1\n"
+            "    except OSError:\n        pass\n")
+    t0 = time.monotonic()
+    res = py(code, timeout=2)
+    assert time.monotonic() - t0 < 6
+    assert not res.ok and res.error == "timeout"
+    workdir = res.text.splitlines()[0]
+    assert no_leftovers(workdir), f"processes survived the sandbox: {leftovers(workdir)}"
+
+
+def test_memory_hog_gets_a_memory_error_not_the_machine():
+    t0 = time.monotonic()
+    res = py("blob = bytearray(4 << 30)\nprint('allocated 4 GiB')", timeout=5)
+    assert time.monotonic() - t0 < 5
+    assert not res.ok and "MemoryError" in res.text and "allocated" not in res.text
+
+
+def test_endless_loop_is_killed_at_the_timeout():
+    t0 = time.monotonic()
+    res = py("print('spinning', flush=True)\nwhile True:\n    pass", timeout=2)
+    assert 1.9 < time.monotonic() - t0 < 5
+    assert not res.ok and res.error == "timeout"
+    assert res.text == "spinning\n[timed out after 2 s]"
+
+
+def test_huge_output_is_cut_and_the_program_stopped():
+    t0 = time.monotonic()
+    res = py("while True:\n    print('x' * 10000)", timeout=5)
+    assert time.monotonic() - t0 < 4  # stopped at the cap, not at the timeout
+    assert not res.ok and res.error == "output limit"
+    assert len(res.text.encode()) < OUTPUT_CAP + 200 and res.text.endswith("program stopped]")
+
+
+def test_a_file_over_the_size_limit_cannot_be_written():
+    res = py("with open('big', 'wb') as f:\n    f.write(b'0' * (32 << 20))\nprint('wrote')")
+    assert not res.ok and "wrote" not in res.text and "File too large" in res.text
+
+
+# ---------------------------------------------------------------- escapes
+
+
+def test_writing_outside_the_work_directory_fails(report, tmp_path):
+    need(report, "filesystem_readonly")
+    existing = tmp_path / "parent.txt"
+    existing.write_text("parent data")
+    code = (f"import os\nfor path in [{str(tmp_path / 'new.txt')!r}, {str(existing)!r}, '/tmp/graphrl-escape']:\n"
+            "    try:\n        open(path, 'w').write('child')\n        print('WROTE', path)\n"
+            "    except OSError as exc:\n        print('refused', exc.errno)\n"
+            f"try:\n    os.remove({str(existing)!r})\n    print('REMOVED')\nexcept OSError as exc:\n"
+            "    print('refused', exc.errno)\nopen('inside.txt', 'w').write('ok')\nprint('inside ok')")
+    res = py(code)
+    assert res.ok, res.text
+    assert "WROTE" not in res.text and "REMOVED" not in res.text
+    assert res.text.count("refused 30") == 4  # EROFS: the file system is read-only for the code
+    assert "inside ok" in res.text
+    assert existing.read_text() == "parent data" and not (tmp_path / "new.txt").exists()
+    assert not Path("/tmp/graphrl-escape").exists()
+
+
+def test_without_isolation_writes_outside_succeed_as_documented(tmp_path):
+    """The fallback (no namespaces) is weaker, and docs/sandbox.md says so: the code runs as your uid."""
+    target = tmp_path / "escaped.txt"
+    res = py(f"open({str(target)!r}, 'w').write('child')", isolate=False)
+    assert res.ok and res.data["sandbox"]["filesystem_readonly"] is False
+    assert target.read_text() == "child"
+
+
+def test_the_parent_environment_is_not_visible(report, monkeypatch):
+    monkeypatch.setenv("GRAPHRL_ESCAPE_SECRET", "hunter2")
+    res = py("import os\nprint(sorted(os.environ))\nprint(os.environ.get('GRAPHRL_ESCAPE_SECRET'))")
+    assert res.ok and "hunter2" not in res.text and res.text.endswith("None\n")
+
+
+def test_the_parent_environment_cannot_be_read_through_proc(report, monkeypatch):
+    need(report, "proc_private")
+    monkeypatch.setenv("GRAPHRL_ESCAPE_SECRET", "hunter2")
+    me = os.getpid()
+    res = py(f"try:\n    print(open('/proc/{me}/environ', 'rb').read())\nexcept OSError as exc:\n"
+             "    print('refused', type(exc).__name__)\nimport os\nprint(sorted(int(p) for p in os.listdir('/proc') "
+             "if p.isdigit()))")
+    assert res.ok and "hunter2" not in res.text and "refused" in res.text
+    assert me not in eval(res.text.splitlines()[-1]) or me <= 3  # only the sandbox's own pids are visible
+
+
+@pytest.fixture
+def listener():
+    """A TCP server on 127.0.0.1 counting the connections it accepts."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    srv.settimeout(0.2)
+    accepted: list[object] = []
+    stop = threading.Event()
+
+    def loop():
+        while not stop.is_set():
+            try:
+                conn, _ = srv.accept()
+                accepted.append(conn)
+                conn.close()
+            except OSError:
+                pass
+
+    t = threading.Thread(target=loop, daemon=True)
+    t.start()
+    yield srv.getsockname()[1], accepted
+    stop.set()
+    t.join(2)
+    srv.close()
+
+
+def test_network_is_unreachable(report, listener):
+    need(report, "network_isolated")
+    port, accepted = listener
+    code = ("import socket\nfor host in ['127.0.0.1', '10.255.255.1']:\n    s = socket.socket()\n"
+            "    s.settimeout(1)\n    try:\n"
+            f"        s.connect((host, {port}))\n        print('CONNECTED', host)\n"
+            "    except OSError as exc:\n        print('refused', host, exc.errno)\n"
+            "print(socket.if_nameindex())")
+    res = py(code)
+    assert res.ok, res.text
+    assert "CONNECTED" not in res.text and accepted == []
+    assert "[(1, 'lo')]" in res.text  # a namespace of its own: only a loopback, and it is down
+
+
+def test_the_network_is_reachable_without_isolation_as_documented(listener):
+    port, accepted = listener
+    res = py(f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1).close()\nprint('ok')",
+             isolate=False)
+    assert res.ok and res.data["sandbox"]["network_isolated"] is False
+
+
+def test_signals_to_the_parent_do_not_reach_it(report):
+    """os.kill(os.getppid(), ...) hits the sandbox's own launcher, which ignores it."""
+    code = ("import os, signal\nfor sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):\n"
+            "    try:\n        os.kill(os.getppid(), sig)\n    except OSError as exc:\n        print('refused', exc)\n"
+            "import time\ntime.sleep(0.2)\nprint('still running')")
+    for isolate in (True, False):
+        res = py(code, isolate=isolate)
+        assert res.ok and res.text.endswith("still running\n"), (isolate, res.text)
+    assert os.getpid() > 0  # and we, the test process, are alive to say so
+
+
+def test_the_test_process_cannot_be_signalled_by_pid(report):
+    need(report, "pid_namespace")  # without one the code runs as our uid and could signal us
+    me = os.getpid()
+    got: list[int] = []
+    old = signal.signal(signal.SIGUSR1, lambda *a: got.append(1))
+    try:
+        res = py(f"import os, signal\ntry:\n    os.kill({me}, signal.SIGUSR1)\n    print('sent')\n"
+                 "except OSError as exc:\n    print('refused', type(exc).__name__)")
+        time.sleep(0.1)
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+    assert got == [], "the sandboxed code signalled the test process"
+    assert res.ok and ("refused" in res.text or me <= 3)
+
+
+def test_no_capabilities_and_no_new_privileges(report):
+    need(report, "capabilities_dropped")
+    res = py("for line in open('/proc/self/status'):\n"
+             "    if line.split(':')[0] in ('CapEff', 'CapPrm', 'CapBnd', 'CapAmb', 'NoNewPrivs'):\n"
+             "        print(line.strip())")
+    fields = dict(line.split(":\t") for line in res.text.splitlines())
+    assert {fields[k] for k in ("CapEff", "CapPrm", "CapBnd", "CapAmb")} == {"0000000000000000"}
+    assert fields["NoNewPrivs"] == "1"
