@@ -165,50 +165,33 @@ def schema(out_file: str | None) -> None:
 
 @main.command()
 @click.option("--graphs-dir", default="graphs", show_default=True, type=click.Path(file_okay=False))
+@click.option("--data-dir", default="data", show_default=True, type=click.Path(file_okay=False),
+              help="The demo data (math.jsonl, toolorchestra.jsonl, corpus.jsonl).")
 @click.option("--out", "out_dir", default="build", show_default=True, type=click.Path(file_okay=False))
-@click.option("--model", default="smollm2", show_default=True, help="Embedded model for the runs.")
-def demo(graphs_dir: str, out_dir: str, model: str) -> None:
-    """The main job on the embedded default: check and compile every bundled graph, then run the
-    hello graph over data/math.jsonl with the local engine (no server) and print the summary.
+@click.option("--model", default="smollm2", show_default=True,
+              help="Embedded model: the policy and every frozen model (tiny: random weights, fast).")
+@click.option("--max-new-tokens-cap", "max_tokens_cap", default=64, show_default=True, type=click.IntRange(1),
+              help="Clamp every llm call's max new tokens (keeps the demo to minutes on a CPU).")
+@click.option("--only", multiple=True, metavar="GRAPH", help="Run only this graph (repeatable); all are compiled.")
+@click.option("--no-run", is_flag=True, help="Check and compile only.")
+@click.option("--jobs", type=click.IntRange(1), help="Runs at a time (default: 2 where there are 2 CPUs).")
+def demo(graphs_dir: str, data_dir: str, out_dir: str, model: str, max_tokens_cap: int, only: tuple[str, ...],
+         no_run: bool, jobs: int | None) -> None:
+    """The main job on the embedded default: check and compile every bundled graph, then run each
+    one over its demo data with the local engine (ToolOrchestra against an embedded BM25 retrieval
+    service), write trajectories under OUT/<graph>/ and print each run's summary. No server to start.
 
     \b
     Example:
       graphrl demo --out build
+      graphrl demo --only toolorchestra --model tiny
     """
-    from .compilers.checks import check_file
-    from .compilers.plan import lower, plan_json
-    from .runtime.cli_run import run_plan
-    from .spec.diagnostics import has_errors
+    from .demo import run_demo
 
-    files = sorted(Path(graphs_dir).glob("*.yaml"))
-    if not files:
-        raise click.UsageError(f"no graphs found in {graphs_dir}")
-    results, plans = [], {}
-    for f in files:
-        g, diags = check_file(f)
-        results.append((str(f), diags))
-        if g is not None and not has_errors(diags):
-            target = Path(out_dir) / f.stem
-            target.mkdir(parents=True, exist_ok=True)
-            plan = plans[f.stem] = lower(g)
-            (target / "plan.json").write_text(plan_json(plan), encoding="utf-8")
-            kinds: dict[str, int] = {}
-            for n in plan.nodes.values():
-                kinds[n.kind] = kinds.get(n.kind, 0) + 1
-            click.echo(f"{f}: {len(plan.nodes)} nodes ({', '.join(f'{v} {k}' for k, v in kinds.items())}), "
-                       f"trained: {', '.join(plan.training.trained_nodes) or '-'}, "
-                       f"fan-out: {'yes' if plan.training.fanout else 'no'} -> {target / 'plan.json'}")
-    code = _report(results, False)
-    if code != EXIT_OK:
+    code = run_demo(graphs_dir=graphs_dir, data_dir=data_dir, out_dir=out_dir, model=model,
+                    max_tokens_cap=max_tokens_cap, only=only, run=not no_run, jobs=jobs)
+    if code:
         sys.exit(code)
-    runs = [("hello", "data/math.jsonl")]
-    for name, data in runs:
-        out = Path(out_dir) / name / "trajectories.jsonl"
-        out.unlink(missing_ok=True)
-        click.echo(f"\n== graphrl run {name} over {data} (engine local, model {model}) ==")
-        summary = run_plan(plans[name], data, out, model=model, n_samples=2, concurrency=4, seed=0)
-        click.echo(summary.table())
-        click.echo(f"trajectories: {out}")
 
 
 def _register_optional() -> None:

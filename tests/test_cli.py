@@ -270,6 +270,20 @@ def test_demo_checks_and_compiles_every_bundled_graph(tmp_path: Path, monkeypatc
             assert (tmp_path / g.stem / "plan.json").read_bytes() == golden.read_bytes()
 
 
+@pytest.mark.slow
+def test_demo_runs_every_bundled_graph_on_the_embedded_engine(tmp_path: Path):
+    """The main job end to end (with the fast random `tiny` model instead of SmolLM2)."""
+    r = cli("demo", "--out", str(tmp_path), "--model", "tiny", "--max-new-tokens-cap", "16")
+    assert r.exit_code == 0, r.stderr
+    for g in GRAPHS:
+        lines = (tmp_path / g.stem / "trajectories.jsonl").read_text().splitlines()
+        assert lines and all(json.loads(x)["graph"] == g.stem for x in lines)
+        assert f"== graphrl run {g.stem}:" in r.stdout
+    assert "retrieval service http://127.0.0.1:" in r.stdout and "== demo time ==" in r.stdout
+    to = [json.loads(x) for x in (tmp_path / "toolorchestra" / "trajectories.jsonl").read_text().splitlines()]
+    assert all({"score", "dropped"} <= set(x["rollout_reward"]) for x in to)  # the group reward ran
+
+
 def test_demo_stops_at_invalid_graphs(tmp_path: Path):
     graphs = tmp_path / "graphs"
     graphs.mkdir()

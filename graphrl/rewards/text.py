@@ -39,7 +39,7 @@ def normalize(text: Any) -> str:
 
 def golds(label: Any) -> list[str]:
     if isinstance(label, (list, tuple)):
-        return [str(x) for x in label] or [""]
+        return [str(x) for x in label]  # no gold answer: every score is 0
     return [str(label)]
 
 
@@ -58,7 +58,7 @@ def _best(score: Callable[[str, str], float], prediction: Any, label: Any, how, 
     pred = extract(prediction, how, tail)
     if pred is None:
         return 0.0
-    return max(score(pred, g) for g in golds(label))
+    return max((score(pred, g) for g in golds(label)), default=0.0)
 
 
 def _em(p: str, g: str) -> float:

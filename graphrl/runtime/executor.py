@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -82,6 +83,8 @@ class _Rollout:
     path: list[tuple[str, int]] = field(default_factory=list)
     calls: list[CallRecord] = field(default_factory=list)
     policy_tokens: int = 0
+    steps: int = 0
+    t0: float = 0.0
     last_finish: str | None = None
     engine_s: float = 0.0
     status: str = "completed"
@@ -102,7 +105,7 @@ class Executor:
     # ------------------------------------------------------------------ public
     async def run(self, inp: RolloutInput, *, abort: asyncio.Event | None = None) -> RolloutResult:
         t0 = self.clock()
-        r = _Rollout(inp=inp, ns={}, state={})
+        r = _Rollout(inp=inp, ns={}, state={}, t0=t0)
         timeout = self.plan.limits.timeout_s
         try:
             await asyncio.wait_for(self._execute(r, abort), timeout)
@@ -112,6 +115,8 @@ class Executor:
             r.status, r.error = exc.status, str(exc)
         except FAULTS as exc:
             r.status, r.error = "failed", f"{type(exc).__name__}: {exc}"
+        except Exception as exc:  # noqa: BLE001 - invariant 4: one bad rollout never takes down the batch
+            r.status, r.error = "failed", f"internal error: {type(exc).__name__}: {exc}"
         reward = None
         if r.status in ("completed", "truncated") and self.plan.reward is not None:
             try:
@@ -150,27 +155,31 @@ class Executor:
     async def _execute(self, r: _Rollout, abort: asyncio.Event | None) -> None:
         self._init(r)
         node_id = self.plan.start
-        steps = 0
-        max_steps = self.plan.limits.max_steps or HARD_MAX_STEPS
         while node_id not in (END, ABORT):
             if abort is not None and abort.is_set():
                 r.status, r.error = "aborted", "aborted by the caller"
                 return
-            if steps >= max_steps:
-                r.status, r.error = "truncated", f"limits.max_steps ({max_steps}) reached"
+            if self._out_of_steps(r):
                 return
             node = self.plan.nodes[node_id]
             if self._limited(r, node_id, node):
                 node_id = node.on_limit or END
                 continue
-            steps += 1
             node_id = await self._step(r, node_id, node, abort)
-            if r.status == "aborted":
+            if r.status in ("aborted", "truncated"):
                 return
         if node_id == ABORT:
             r.status, r.error = "aborted", "the graph routed to abort"
         elif r.last_finish == "length":
             r.status = "truncated"
+
+    def _out_of_steps(self, r: _Rollout) -> bool:
+        """limits.max_steps counts node visits (each foreach item is one); reaching it truncates."""
+        max_steps = self.plan.limits.max_steps or HARD_MAX_STEPS
+        if r.steps >= max_steps:
+            r.status, r.error = "truncated", f"limits.max_steps ({max_steps}) reached"
+            return True
+        return False
 
     def _limited(self, r: _Rollout, nid: str, node: Any) -> bool:
         if node.max_visits is not None and r.visits.get(nid, 0) >= node.max_visits:
@@ -183,6 +192,11 @@ class Executor:
             items = await self._foreach_items(r, nid, node)
         output: NodeResult | None = None
         for i, item in enumerate(items):
+            # each item is a visit: max_visits stops the items early, max_steps truncates the rollout
+            if i and (self._out_of_steps(r) or (node.max_visits is not None
+                                                 and r.visits.get(nid, 0) >= node.max_visits)):
+                break
+            r.steps += 1
             r.visits[nid] = r.visits.get(nid, 0) + 1
             visit = r.visits[nid]
             r.path.append((nid, visit))
@@ -312,6 +326,7 @@ class Executor:
         if r.inp.seed is not None:
             params["sampling_seed"] = (r.inp.seed * 1_000_003 + len(r.calls)) % (2**31)
         t0 = self.clock()
+        start_s = round(t0 - r.t0, 6)
         if sem is not None:
             async with sem:
                 gen = await engine.generate(ids, params, session_id=r.inp.session_id)
@@ -326,7 +341,7 @@ class Executor:
         cost = (prompt_tokens * price.input + n_out * price.output) / 1e6 if price else 0.0
         call = CallRecord(node=nid, visit=visit, endpoint=model, prompt_tokens=prompt_tokens,
                           completion_tokens=n_out, cached_tokens=gen.cached_tokens, latency_s=round(latency, 6),
-                          finish_reason=gen.finish_reason.type, cost=cost)
+                          finish_reason=gen.finish_reason.type, cost=cost, start_s=start_s)
         r.calls.append(call)
         if model == POLICY:
             r.policy_tokens += len(ids) + n_out
@@ -398,17 +413,21 @@ class Executor:
         res = await self.tools.call(node.tool, args, timeout=node.timeout, max_chars=node.max_chars)
         r.calls.append(CallRecord(node=nid, visit=visit, endpoint=f"tool:{node.tool}", prompt_tokens=0,
                                   completion_tokens=0, latency_s=round(self.clock() - t0, 6),
-                                  finish_reason="stop" if res.ok else "error", error=res.error))
+                                  finish_reason="stop" if res.ok else "error", error=res.error,
+                                  start_s=round(t0 - r.t0, 6)))
         out = NodeResult(res.data if isinstance(res.data, dict) else {})
         out.update(text=res.text, ok=res.ok, error=res.error)
         return out
 
-    async def _judge(self, model: str, messages: list[dict[str, Any]], max_tokens: int) -> str:
+    async def _judge(self, r: _Rollout, model: str, messages: list[dict[str, Any]], max_tokens: int) -> str:
+        """A judge call for the reward: same endpoint limits and call accounting as any llm call."""
+        if model not in self.plan.models:
+            raise UnknownModel(f"{self.plan.span('reward', 'judge')}: judge model '{model}' is not declared")
         renderer = self.endpoints.renderer(model)
         ids = renderer.start(messages)
         params = {**self.sampling, "max_new_tokens": max_tokens, "temperature": 0.0,
                   "stop_token_ids": sorted(renderer.stop_token_ids), "skip_special_tokens": False}
-        gen = await self.endpoints.engine(model).generate(ids, params)
+        gen, _ = await self._generate(r, model, ids, params, "reward", 1)
         return _strip_stop(renderer, gen.output_ids)
 
     async def _reward(self, r: _Rollout) -> float | dict[str, Any] | None:
@@ -417,7 +436,8 @@ class Executor:
         ctx = self._ctx(r, 0)
         ctx["usage"] = usage(r.calls)
         args = self.render.value(("reward", "args"), spec.args, ctx)
-        return await self.rewards.score(spec.fn, args, judge_model=spec.judge, judge=self._judge)
+        return await self.rewards.score(spec.fn, args, judge_model=spec.judge,
+                                        judge=functools.partial(self._judge, r))
 
     def _finish_samples(self, r: _Rollout, reward: Any) -> tuple[TrainingSample, ...]:
         frozen: list[TrainingSample] = []
@@ -457,7 +477,9 @@ def usage(calls: list[CallRecord]) -> dict[str, Any]:
 
 def _scalar(reward: Any, key: str | None) -> Any:
     if isinstance(reward, Mapping):
-        if key is not None and key in reward:
+        if key is not None:
+            if key not in reward:
+                raise KeyError(f"the reward has no key '{key}' (reward.key); it has {sorted(reward)}")
             return float(reward[key])
         numeric = {k: float(v) for k, v in reward.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         return numeric

@@ -72,6 +72,7 @@ class CallRecord:
     finish_reason: str = "stop"  # "stop" | "length" | "abort"
     cost: float = 0.0
     error: str | None = None
+    start_s: float | None = None  # when the call started, seconds since the rollout started
 
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}

@@ -187,9 +187,10 @@ def trajectory_output(path: Path, fmt: str, *, graph: str | None = None, group: 
 
     full, traj = load_selected(path, group, sample)
     if fmt == "chrome-trace":
+        from .html import finite
         from .trace import chrome_trace
 
-        return json.dumps(chrome_trace(traj), indent=1) + "\n"
+        return json.dumps(finite(chrome_trace(traj)), indent=1, allow_nan=False) + "\n"
     vocab, note = load_vocab(tokenizer)
     notices = list(full.notes) + ([note] if note else [])
     if fmt == "text":

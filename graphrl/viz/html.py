@@ -11,6 +11,7 @@ element; deterministic for the same inputs.
 from __future__ import annotations
 
 import json
+import math
 from html import escape
 from importlib import resources
 from typing import Any
@@ -20,8 +21,19 @@ def _asset(name: str) -> str:
     return resources.files("graphrl.viz").joinpath("assets", name).read_text(encoding="utf-8")
 
 
+def finite(v: Any) -> Any:
+    """JSON has no NaN/Infinity: they become null (a NaN reward or latency must not break the page)."""
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, dict):
+        return {k: finite(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [finite(x) for x in v]
+    return v
+
+
 def _json_for_script(data: Any) -> str:
-    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=str)
+    text = json.dumps(finite(data), ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=str)
     return text.replace("<", "\\u003c").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
 
 

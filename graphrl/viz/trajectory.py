@@ -200,12 +200,17 @@ def load_jsonl(path: str | Path) -> Trajectory:
             where = f"{path}:{lineno}"
             try:
                 rec = _loads(raw)
-            except ValueError as exc:
-                if not raw.endswith(b"\n"):  # only the last line can lack one
-                    notes.append(f"{where}: skipped an unfinished last line (a run still writing, or killed)")
-                    break
-                col = getattr(exc, "colno", 1)
-                raise TrajectoryError(f"{where}:{col}: not valid JSON: {getattr(exc, 'msg', exc)}") from None
+            except ValueError:
+                rec = None
+            if rec is None:  # orjson refuses NaN/Infinity, which Python's json writes (e.g. a NaN reward)
+                try:
+                    rec = json.loads(raw)
+                except ValueError as exc:
+                    if not raw.endswith(b"\n"):  # only the last line can lack one
+                        notes.append(f"{where}: skipped an unfinished last line (a run still writing, or killed)")
+                        break
+                    col = getattr(exc, "colno", 1)
+                    raise TrajectoryError(f"{where}:{col}: not valid JSON: {getattr(exc, 'msg', exc)}") from None
             if not isinstance(rec, dict):
                 raise TrajectoryError(f"{where}:1: a trajectory line must be a JSON object")
             if "group" not in rec or "rollout_id" not in rec:

@@ -561,9 +561,6 @@ def test_foreach_over_a_list_updates_state_between_items(kit):
     assert res.state["got"] == ["A SEEN=0", "B SEEN=1", "C SEEN=2"]
 
 
-@pytest.mark.xfail(strict=True, reason="limits.max_steps is documented as 'node visits per rollout' and each "
-                   "foreach item is a visit, but the executor counts a whole foreach node as one step, so a "
-                   "foreach of 5 items runs all 5 under max_steps: 3")
 def test_max_steps_counts_foreach_items_as_visits(kit):
     eng = kit.engine(lambda p, i: "x")
     res = kit.rollout("""

@@ -243,6 +243,7 @@ def _wait_for_lines(path: Path, n: int, proc, timeout=60.0) -> None:
     raise AssertionError("no progress")
 
 
+@pytest.mark.slow  # two `graphrl run` processes per case: ~8-15 s each
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["SIGINT", "SIGKILL"])
 def test_graphrl_run_killed_mid_run_resumes_without_loss_or_duplicates(kit, sglang_stub, sig):
     kit.write("slow_cli_tool.py", "import time\n\ndef nap(s):\n    time.sleep(s)\n    return 'rested'\n")

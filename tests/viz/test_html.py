@@ -95,3 +95,14 @@ def test_graph_html_page(tmp_path, repo):
     html = graph_output(Path(repo / "graphs" / "toolorchestra.yaml"), "html")
     assert_self_contained(html)
     assert html.startswith("<!DOCTYPE html>") and 'data-node="orchestrate"' in html
+
+
+def test_nan_and_infinity_do_not_break_the_page(tmp_path):
+    recs = write_synthetic(tmp_path / "t.jsonl", 1, 1, 40)
+    recs[0]["rollout_reward"] = float("nan")  # Python's json writes NaN; orjson and browsers refuse it
+    recs[0]["rollout"]["elapsed_s"] = float("inf")
+    (tmp_path / "t.jsonl").write_text(json.dumps(recs[0]) + "\n")
+    data = embedded(trajectory_output(tmp_path / "t.jsonl", "html", tokenizer="none"))
+    assert data["rollouts"][0]["reward"] is None and data["rollouts"][0]["elapsed"] is None
+    text = trajectory_output(tmp_path / "t.jsonl", "chrome-trace")
+    assert "NaN" not in text and "Infinity" not in text and json.loads(text)["traceEvents"]

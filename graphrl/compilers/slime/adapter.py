@@ -149,6 +149,9 @@ class SlimeTarget:
                 "status": status, "error": res.error, "credit": plan.reward.credit if plan.reward else None}
         if has_reward:  # the uncredited reward post_process_rewards normalises (None: failed, counts as 0)
             base["rollout_reward"] = rollout_reward
+            base["reward_detail"] = _jsonable(res.reward)  # e.g. the whole dict a reward returned
+        # an eval dataset with its own --custom-rm-path (slime sets sample.custom_rm_path): slime scores it
+        slime_scores = not has_reward or (evaluation and bool(getattr(sample, "custom_rm_path", None)))
         rollout_info = {"path": [list(p) for p in res.path], "rollout_calls": [c.to_json() for c in res.calls],
                         "usage": usage(list(res.calls)), "state": _jsonable(res.state)}
         samples: list[TrainingSample] = list(res.samples)
@@ -161,12 +164,12 @@ class SlimeTarget:
         for i, s in enumerate(samples):
             target = sample if i == 0 else copy.deepcopy(pristine)
             fill.write_tokens(target, s, args)
-            if not ok:
+            if slime_scores:
+                reward = None
+            elif not ok:
                 reward = self._zero(args)
-            elif evaluation:
-                reward = self._reward_value(args, rollout_reward) if has_reward else None
-            else:
-                reward = self._reward_value(args, s.reward) if has_reward else None
+            else:  # eval: the rollout's whole reward on its one sample; training: the sample's credit
+                reward = self._reward_value(args, rollout_reward if evaluation else s.reward)
             info = dict(base, sample_index=s.index, spans=[sp.to_json() for sp in s.spans],
                         calls=[c.to_json() for c in s.calls], **(rollout_info if i == 0 else {}))
             s_status = s.status
@@ -178,8 +181,8 @@ class SlimeTarget:
         if not out:
             pad = min(renderer.stop_token_ids) if renderer.stop_token_ids else 0
             fill.write_placeholder(sample, pad)
-            reward = self._reward_value(args, rollout_reward) if ok and has_reward and rollout_reward is not None \
-                else (self._zero(args) if has_reward else None)
+            reward = None if slime_scores else (self._reward_value(args, rollout_reward) if ok and rollout_reward
+                                                is not None else self._zero(args))
             info = dict(base, sample_index=0, spans=[], calls=[], placeholder=True, **rollout_info)
             out.append(fill.finish(sample, status=status, reward=reward, remove=True,
                                    rollout_id=getattr(sample, "index", None), response="", info=info,

@@ -12,8 +12,10 @@ a rollout by how many samples it made. Here each rollout counts once:
   1. rollouts are keyed by (group_index, rollout_id); the rollout's reward is the uncredited
      reward generate stored in metadata["graphrl"] (0 for failed/aborted rollouts, which still
      count), else the mean of its samples' rewards (a graph without reward: slime's RM scored them);
-  2. a graph with `reward.group` replaces the rollout rewards of each prompt group by the group
-     reward function's (None: the rollout gets no signal);
+  2. a graph with `reward.group` replaces the rollout rewards of each prompt group by what the
+     group reward gives (graphrl.rewards.group_run, the hook `graphrl run` uses: `preference` or a
+     module:function), from each rollout's reward, usage and final state stored by generate and
+     the row's metadata; a group reward that fails leaves the group's rewards as they were;
   3. within a prompt group: minus the group mean, divided by (std + 1e-6) when the estimator and
      grpo_std_normalization ask for it (unbiased std, as slime's torch.std; a group of one -> 0);
      estimators slime does not normalise get the reward as is;
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..plan import Plan
@@ -68,6 +71,10 @@ def rollouts_by_group(args: Any, samples: list[Any]) -> dict[Any, list[Rollout]]
             ro = groups[gid][rid] = Rollout(rid, gid, info=info, status=info.get("status", "completed"),
                                             row_metadata={k: v for k, v in meta.items()
                                                           if k not in ("raw_reward", "round_number")})
+        elif "rollout_calls" not in ro.info:  # the rollout-level part lives on one sample: keep that one
+            info = (getattr(s, "metadata", None) or {}).get("graphrl") or {}
+            if "rollout_calls" in info:
+                ro.info = info
         ro.indices.append(i)
     for rollouts in groups.values():
         for ro in rollouts.values():
@@ -93,33 +100,46 @@ def _normalise(values: list[float], args: Any) -> list[float]:
     return adv
 
 
-def group_reward_function(plan: Plan):
-    """The function behind `reward.group` for slime: (plan, args, [Rollout]) -> [float | None]."""
-    try:
-        from ...rewards.group import group_rewards  # provided by graphrl.rewards
-    except ImportError:
-        raise ValueError(f"graph '{plan.name}' has reward.group '{plan.reward.group.fn}' but this graphrl has no "
-                         "graphrl.rewards.group.group_rewards to compute it for slime") from None
-    return group_rewards
+def group_rewards(plan: Plan, args: Any, groups: dict[Any, list[Rollout]], samples: list[Any]) -> dict[Any, list[float]]:
+    """Step 2: each prompt group's rollout rewards as the graph's group reward gives them."""
+    from ...rewards.group_run import group_reward_hook, scalar
+    from ...runtime.executor import RolloutResult
+    from ...runtime.ledger import CallRecord
+
+    rows, results = {}, {}
+    for gid, rollouts in groups.items():
+        first = samples[rollouts[0].indices[0]]
+        rows[gid] = {"prompt": getattr(first, "prompt", None), "label": getattr(first, "label", None),
+                     "metadata": rollouts[0].row_metadata}
+        results[gid] = [RolloutResult(
+            rollout_id=ro.rollout_id, group=gid, status=ro.status,
+            reward=ro.reward if ro.status in ("completed", "truncated") else None, samples=(), path=(),
+            calls=tuple(CallRecord.from_json(c) for c in ro.info.get("rollout_calls") or ()),
+            error=None, state=dict(ro.info.get("state") or {}), elapsed_s=0.0, engine_s=0.0) for ro in rollouts]
+    search = [Path(p) for p in (getattr(args, "graphrl_source_dir", None), Path(plan.source.get("file", ".")).parent)
+              if p]
+    hook = group_reward_hook(plan, rows, search)
+    key = plan.reward.key if plan.reward else None
+    out = {}
+    for gid, res in results.items():
+        new = hook(res) if hook is not None else res
+        out[gid] = [float(r.reward["score"]) if isinstance(r.reward, dict) and "score" in r.reward
+                    else scalar(r.reward, key) for r in new]
+    return out
 
 
 def post_process(args: Any, samples: list[Any], plan: Plan) -> tuple[list[float], list[float]]:
     groups = rollouts_by_group(args, samples)
-    group_fn = group_reward_function(plan) if plan.reward is not None and plan.reward.group else None
     credit = plan.reward.credit if plan.reward else "even"
+    values = {gid: [ro.reward for ro in rollouts] for gid, rollouts in groups.items()}
+    if plan.reward is not None and plan.reward.group is not None:
+        values = group_rewards(plan, args, groups, samples)
     raw = [0.0] * len(samples)
     out = [0.0] * len(samples)
-    for rollouts in groups.values():
-        for ro in rollouts:
-            for i in ro.indices:
-                raw[i] = ro.reward
-        values: list[float | None] = [ro.reward for ro in rollouts]
-        if group_fn is not None:
-            values = list(group_fn(plan, args, rollouts))
-        scored = [(ro, v) for ro, v in zip(rollouts, values) if v is not None]
-        adv = _normalise([float(v) for _, v in scored], args) if scored else []
-        for (ro, _), a in zip(scored, adv):
+    for gid, rollouts in groups.items():
+        for ro, a in zip(rollouts, _normalise(values[gid], args)):
             share = a / len(ro.indices) if credit == "even" else a
             for i in ro.indices:
+                raw[i] = ro.reward
                 out[i] = share
     return raw, out

@@ -31,7 +31,7 @@ def _sample(Sample, prompt="What is the capital of France?", label="Paris", inde
 def _untimed(x):
     """Metadata without wall-clock values (latencies differ between two runs)."""
     if isinstance(x, dict):
-        return {k: _untimed(v) for k, v in x.items() if k not in ("latency_s",)}
+        return {k: _untimed(v) for k, v in x.items() if k not in ("latency_s", "start_s")}
     if isinstance(x, list):
         return [_untimed(v) for v in x]
     return x
@@ -233,7 +233,7 @@ def test_fanout_siblings_share_rollout_id_and_split_the_reward(slime_kit, Sample
 
 
 def test_fanout_broadcast_credit(slime_kit):
-    from conftest import GRAPHS
+    from slime_testkit import GRAPHS
 
     src = slime_kit.tmp / "broadcast.yaml"
     src.write_text((GRAPHS / "fanout.yaml").read_text().replace("credit: even", "credit: broadcast"))
@@ -282,9 +282,9 @@ def test_eval_mode_own_session_and_shared_sampling_untouched(slime_kit):
     slime_kit.compile("single")
     eng = slime_kit.engine(["Paris", "Paris"])
     target = slime_kit.target({"policy": eng})
-    shared = dict(slime_kit_sampling := {"temperature": 0.3, "top_p": 1.0, "top_k": 1, "max_new_tokens": 64,
-                                         "stop": None, "stop_token_ids": None, "skip_special_tokens": False,
-                                         "no_stop_trim": True, "spaces_between_special_tokens": False})
+    shared = {"temperature": 0.3, "top_p": 1.0, "top_k": 1, "max_new_tokens": 64, "stop": None,
+              "stop_token_ids": None, "skip_special_tokens": False, "no_stop_trim": True,
+              "spaces_between_special_tokens": False}
     before = copy.deepcopy(shared)
     a = _sample(SampleStandIn, index=0)
     a.session_id = None  # slime's eval path does not set one
@@ -297,11 +297,20 @@ def test_eval_mode_own_session_and_shared_sampling_untouched(slime_kit):
                              target.generate(args, b, shared, evaluation=True))
 
     asyncio.run(both())
-    assert shared == before and slime_kit_sampling is not None  # one dict for all eval samples: only read
+    assert shared == before  # one dict for all eval samples: only read
     sessions = [r.session_id for r in eng.requests]
     assert all(s and s.startswith("graphrl-eval-") for s in sessions) and len(set(sessions)) == 2
     assert all(r.sampling_params["temperature"] == 0.3 and r.sampling_params["top_k"] == 1 for r in eng.requests)
     assert a.reward == 1.0 and a.status == ST.COMPLETED
+
+
+def test_eval_dataset_with_its_own_reward_model_is_left_to_slime(slime_kit):
+    slime_kit.compile("single")
+    sample = _sample(SampleStandIn)
+    sample.custom_rm_path = "evalpkg.rm"  # slime copies an eval dataset's custom_rm_path onto its samples
+    got = slime_kit.run(slime_kit.target({"policy": slime_kit.engine(["Paris"])}), sample, ArgsStandIn(),
+                        evaluation=True)
+    assert got.reward is None and got.metadata["graphrl"]["rollout_reward"] == 1.0  # slime's async_rm scores it
 
 
 def test_eval_fanout_gives_one_sample_with_the_whole_reward(slime_kit):
@@ -369,3 +378,4 @@ def test_config_is_converted_once(slime_kit, monkeypatch):
     for i in range(3):
         slime_kit.run(target, _sample(SampleStandIn, index=i), args)
     assert built == [1]
+

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import GRAPHS, REPO
+from slime_testkit import GRAPHS, REPO
 
 from graphrl.compilers.plan import load_plan, plan_from_path
 from graphrl.compilers.slime.adapter import SlimeTarget

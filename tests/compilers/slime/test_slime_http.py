@@ -132,7 +132,7 @@ def test_server_abort_ends_the_rollout_at_once(slime_kit, tiny_server, tiny_chec
 
     slime_tools.CALLS.clear()
     src = slime_kit.tmp / "long.yaml"
-    from conftest import GRAPHS
+    from slime_testkit import GRAPHS
 
     src.write_text((GRAPHS / "multiturn.yaml").read_text().replace("max_tokens: 12\n    next: look",
                                                                    "max_tokens: 20000\n    next: look"))

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import GRAPHS, REPO
+from slime_testkit import REPO
 
 from graphrl.cli import EXIT_MISSING_DEP, EXIT_USAGE, main
 from graphrl.compilers.plan import plan_from_path

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import GRAPHS, REPO
+from slime_testkit import GRAPHS, REPO
 
 try:
     from slime.observability.rollout_data_utils import validate_rollout_id_annotated
@@ -209,6 +209,29 @@ def test_eval_through_generate_and_rm_shares_one_sampling_dict(slime_kit, tiny_s
     for s in got:
         _check(s)
         assert s.session_id is None  # slime's eval sets none; graphrl made its own for routing
+
+
+def test_partial_rollout_resumed_sample_restarts_from_its_prompt(slime_kit, tiny_server, tiny_checkpoint,
+                                                                 fresh_state, monkeypatch):
+    out = slime_kit.compile("single")
+    monkeypatch.syspath_prepend(str(out))
+    args = _args_for(out, tiny_server, tiny_checkpoint, partial_rollout=True, mask_offpolicy_in_partial_rollout=True)
+    state = sglang_rollout.GenerateState(args)
+    fresh = Sample(prompt="Say hi.", label="hi", index=0, group_index=0)
+    back = Sample(prompt="Say hi.", label="hi", index=1, group_index=0, tokens=[1, 2, 3, 4, 5], response="xy",
+                  response_length=2, loss_mask=[1, 1], rollout_log_probs=[-1.0, -2.0],
+                  status=Sample.Status.ABORTED, metadata={"start_rollout_id": 3})
+    params = dict(state.sampling_params, temperature=0.0)
+
+    async def main():
+        return await asyncio.gather(sglang_rollout.generate_and_rm(args, fresh, dict(params)),
+                                    sglang_rollout.generate_and_rm(args, back, dict(params)))
+
+    a, b = asyncio.run(main())
+    _check(a)
+    _check(b)
+    assert b.tokens == a.tokens and b.loss_mask == a.loss_mask  # greedy: the same rollout, from the prompt
+    assert set(b.loss_mask) == {1} and "start_rollout_id" not in b.metadata
 
 
 # ---------------------------------------------------------------------------------------- slime's plugin contracts

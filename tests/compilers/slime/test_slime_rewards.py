@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch")
 
 
 def _plan(name):
-    from conftest import GRAPHS
+    from slime_testkit import GRAPHS
 
     plan, _ = plan_from_path(GRAPHS / f"{name}.yaml")
     return plan
@@ -108,27 +108,48 @@ def test_dict_rewards_and_samples_scored_by_slime():
         post_process(ArgsStandIn(), a + [b], plan)
 
 
-def test_group_reward_needs_an_implementation(monkeypatch):
+def _orchestra_rollout(group, rid, correct, cost, latency, expert_calls, n_turns, pref_vec):
+    calls = [{"node": "orchestrate", "visit": 1, "endpoint": "policy", "prompt_tokens": 10, "completion_tokens": 5,
+              "latency_s": latency, "cost": cost, "finish_reason": "stop"}]
+    out = _rollout(group, rid, 1.0 if correct else 0.0, n_turns, "broadcast")
+    out[0].metadata["graphrl"].update(rollout_calls=calls, state={"expert_calls": expert_calls})
+    for s in out:
+        s.metadata["pref_vec"] = pref_vec
+    return out
+
+
+def test_toolorchestra_preference_group_reward():
+    """The bundled ToolOrchestra graph: preference over each prompt group (graphrl.rewards.group), from
+    the rollouts' correctness, usage and state stored by generate, then per-group normalisation."""
+    from graphrl.compilers.plan import plan_from_path as load
+    from graphrl.rewards.group import oriented_features, preference
+
+    plan, _ = load("graphs/toolorchestra.yaml")
+    weights = {"accuracy": 1, "cost": 0.5, "latency": 0.25, "expert-1": 0.2}
+    data = [(True, 0.02, 4.0, {"expert-1": 1}, 2), (True, 0.01, 6.0, {"expert-1": 2, "expert-2": 1}, 3),
+            (False, 0.005, 2.0, {}, 1), (True, 0.04, 8.0, {"expert-2": 1}, 2)]
+    samples = [s for k, (ok, c, lat, ex, n) in enumerate(data) for s in _orchestra_rollout(0, k, ok, c, lat, ex, n,
+                                                                                           weights)]
+    raw, norm = post_process(ArgsStandIn(), samples, plan)
+    feats = [oriented_features({"cost": c, "latency_s": lat}, {"expert_calls": ex},
+                               {"cost": -1, "latency": -1, "expert_calls": 1}) for _, c, lat, ex, _ in data]
+    scores = preference([d[0] for d in data], feats, weights=weights, clip=3, min_std=0.1).rewards
+    g = torch.tensor(scores)
+    adv = ((g - g.mean()) / (g.std() + 1e-6)).tolist()
+    expected = [a for a, d in zip(adv, data) for _ in range(d[4])]  # broadcast to every turn
+    assert norm == pytest.approx(expected, abs=1e-6)
+    assert raw == [float(d[0]) for d in data for _ in range(d[4])]
+
+
+def test_user_group_reward_function(tmp_path):
+    (tmp_path / "mygroup.py").write_text("def rank(rewards, bonus=0.0):\n"
+                                         "    return [2.0 * (r or 0.0) + bonus for r in rewards]\n")
     plan = _plan("single")
-    group = SimpleNamespace(fn="preference", args={})
-    plan = plan.model_copy(update={"reward": plan.reward.model_copy(update={"group": group})})
-    import sys
-    import types
+    from graphrl.spec.model import GroupReward
 
-    monkeypatch.setitem(sys.modules, "graphrl.rewards.group", types.ModuleType("graphrl.rewards.group"))
-    with pytest.raises(ValueError, match="reward.group 'preference'"):
-        post_process(ArgsStandIn(), _rollout(0, 1, 1.0, 1), plan)
-    seen = []
-
-    def group_rewards(plan, args, rollouts):
-        seen.append([(r.rollout_id, r.reward, r.row_metadata) for r in rollouts])
-        return [2.0 * r.reward if r.rollout_id != 3 else None for r in rollouts]
-
-    mod = types.ModuleType("graphrl.rewards.group")
-    mod.group_rewards = group_rewards
-    monkeypatch.setitem(sys.modules, "graphrl.rewards.group", mod)
+    plan = plan.model_copy(update={"reward": plan.reward.model_copy(
+        update={"group": GroupReward(fn="mygroup:rank", args={"bonus": 1.0})})})
     samples = _rollout(0, 1, 1.0, 1) + _rollout(0, 2, 0.0, 1) + _rollout(0, 3, 1.0, 1)
-    samples[0].metadata["pref_vec"] = [1, 2]
-    raw, norm = post_process(ArgsStandIn(grpo_std_normalization=False), samples, plan)
-    assert seen == [[(1, 1.0, {"pref_vec": [1, 2]}), (2, 0.0, {}), (3, 1.0, {})]]
-    assert norm == pytest.approx([1.0, -1.0, 0.0])  # rollout 3 dropped by the group reward: no signal
+    _, norm = post_process(ArgsStandIn(grpo_std_normalization=False, graphrl_source_dir=str(tmp_path)),
+                           samples, plan)
+    assert norm == pytest.approx([2 / 3, -4 / 3, 2 / 3])  # 3, 1, 3 centred

@@ -1,0 +1,1 @@
+"""Data: readers for the training files' formats (-> slime rows) and synthetic demo data."""

@@ -1,0 +1,162 @@
+"""`graphrl demo`: the README's main job on the embedded default, start to end, no server by hand.
+
+Input: the bundled graphs (graphs/*.yaml), the demo data (data/), the embedded model name, a cap on
+every llm call's new tokens. Output, under OUT/<graph>/: the compiled slime target (plan.json, the
+generate/reward module, args, launch.sh) and, for each run, trajectories.jsonl; on stdout each
+graph's check/compile line and each run's summary table, then the time of every run.
+
+The runs (`DEMO_RUNS`), all on the local engine (the one embedded model is the policy and every
+frozen model of the graph), two at a time by default:
+  agentflow      data/math.jsonl, 1 row (planner / executor / verifier loop, sandboxed python)
+  memagent       1 synthetic row (graphrl.data.synth, ~11k tokens: three 5,000-token chunks)
+  toolorchestra  data/toolorchestra.jsonl, 2 rows x 2 samples (a group: the preference reward),
+                 against the embedded BM25 retrieval service over data/corpus.jsonl, started here
+                 on a free port and handed to the graph as metadata.retrieval_url
+  hello          data/math.jsonl, 3 rows x 2 samples
+Rows and samples are few and new tokens capped (default 64) so that the whole job takes minutes on
+two CPU cores with SmolLM2 (~25 tokens/s decoding, ~100 tokens/s prompt reading).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+
+@dataclass(frozen=True)
+class DemoRun:
+    graph: str
+    data: str  # a file under the data directory, or "synth:memagent"
+    limit: int
+    n_samples: int
+    service: str | None = None  # "retrieval": serve data/corpus.jsonl and pass metadata.retrieval_url
+
+
+DEMO_RUNS = (  # the longest first, so that two at a time finish together
+    DemoRun("agentflow", "math.jsonl", limit=1, n_samples=1),
+    DemoRun("memagent", "synth:memagent", limit=1, n_samples=1),
+    DemoRun("toolorchestra", "toolorchestra.jsonl", limit=2, n_samples=2, service="retrieval"),
+    DemoRun("hello", "math.jsonl", limit=3, n_samples=2),
+)
+
+
+def compile_all(graphs_dir: Path, out_dir: Path, echo: Callable[[str], None]) -> tuple[dict[str, Any], list]:
+    """Check every graph; compile the valid ones to OUT/<name>/. Returns (plans by name, diagnostics)."""
+    from .compilers.checks import check_file
+    from .compilers.plan import lower
+    from .compilers.slime.emit import write_slime_target
+    from .spec.diagnostics import has_errors
+
+    files = sorted(graphs_dir.glob("*.yaml"))
+    if not files:
+        raise click.UsageError(f"no graphs found in {graphs_dir}")
+    results, plans = [], {}
+    for f in files:
+        g, diags = check_file(f)
+        results.append((str(f), diags))
+        if g is None or has_errors(diags):
+            continue
+        plan = plans[f.stem] = lower(g)
+        target = out_dir / f.stem
+        write_slime_target(plan, target)
+        kinds: dict[str, int] = {}
+        for n in plan.nodes.values():
+            kinds[n.kind] = kinds.get(n.kind, 0) + 1
+        echo(f"{f}: {len(plan.nodes)} nodes ({', '.join(f'{v} {k}' for k, v in kinds.items())}), "
+             f"trained: {', '.join(plan.training.trained_nodes) or '-'}, "
+             f"fan-out: {'yes' if plan.training.fanout else 'no'} -> {target}/")
+    return plans, results
+
+
+@contextlib.contextmanager
+def _service(run: DemoRun, data_dir: Path):
+    if run.service != "retrieval":
+        yield {}
+        return
+    from .tools.retrieval_server import retrieval_service
+
+    with retrieval_service(data_dir / "corpus.jsonl") as url:
+        yield {"retrieval_url": url}
+
+
+def _data(run: DemoRun, data_dir: Path, out_dir: Path) -> Path:
+    if run.data == "synth:memagent":
+        from .data.synth import memagent_rows, write_jsonl
+
+        path = out_dir / run.graph / "data.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_jsonl(memagent_rows(max(run.limit, 1), seed=0), str(path))
+        return path
+    return data_dir / run.data
+
+
+def run_demo(*, graphs_dir: str, data_dir: str, out_dir: str, model: str, max_tokens_cap: int,
+             only: tuple[str, ...] = (), run: bool = True, jobs: int | None = None) -> int:
+    """The whole job; returns the exit code (0, or 3 when a graph has errors).
+
+    The runs go `jobs` at a time, each in its own thread with its own event loop and embedded model
+    (the local engine computes on one CPU thread, so two runs use two cores); each run's report is
+    printed whole when it finishes."""
+    from .cli import EXIT_OK, _report
+
+    out, data = Path(out_dir), Path(data_dir)
+    plans, results = compile_all(Path(graphs_dir), out, click.echo)
+    code = _report(results, False)
+    if code != EXIT_OK or not run:
+        return code
+    runs = [r for r in DEMO_RUNS if (not only or r.graph in only) and r.graph in plans]
+    if any(r.service == "retrieval" for r in runs):
+        _require_bm25()
+    jobs = max(1, jobs or min(2, os.cpu_count() or 1))
+    lock = threading.Lock()
+    t_all = time.monotonic()
+
+    def one(r: DemoRun) -> tuple[str, float, Any]:
+        t0 = time.monotonic()
+        report, summary = _run_one(r, plans[r.graph], data, out, model, max_tokens_cap)
+        seconds = time.monotonic() - t0
+        with lock:
+            click.echo(report + f"\n({r.graph}: {seconds:.1f} s)")
+        return r.graph, seconds, summary
+
+    with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="graphrl-demo") as pool:
+        timings = list(pool.map(one, runs))
+    click.echo(f"\n== demo time ({jobs} run(s) at a time) ==")
+    for name, seconds, summary in timings:
+        counts = f"{getattr(summary, 'rollouts', '?')} rollouts, {getattr(summary, 'samples', '?')} training samples"
+        click.echo(f"{name:<15} {seconds:7.1f} s  {counts}")
+    click.echo(f"{'total':<15} {time.monotonic() - t_all:7.1f} s")
+    return EXIT_OK
+
+
+def _run_one(r: DemoRun, plan: Any, data: Path, out: Path, model: str, max_tokens_cap: int) -> tuple[str, Any]:
+    from .runtime.cli_run import run_plan
+
+    path = _data(r, data, out)
+    traj = out / r.graph / "trajectories.jsonl"
+    traj.unlink(missing_ok=True)
+    with _service(r, data) as metadata:
+        where = f" (retrieval service {metadata['retrieval_url']})" if metadata else ""
+        header = (f"\n== graphrl run {r.graph}: {r.limit} row(s) of {path} x {r.n_samples} sample(s), "
+                  f"engine local, model {model}, max new tokens {max_tokens_cap}{where} ==")
+        summary = run_plan(plan, path, traj, model=model, n_samples=r.n_samples, limit=r.limit, concurrency=4,
+                           seed=0, max_tokens_cap=max_tokens_cap, metadata=metadata, progress=False)
+    return f"{header}\n{summary.table()}\ntrajectories: {traj}", summary
+
+
+def _require_bm25() -> None:
+    try:
+        import bm25s  # noqa: F401
+    except ImportError:
+        from .cli import MissingDependency
+
+        raise MissingDependency("bm25s (the BM25 retrieval service ToolOrchestra's demo run uses)",
+                                "pip install 'graphrl[retrieval]'") from None
