@@ -162,6 +162,7 @@ async def _run(spec: dict[str, Any]) -> dict[str, Any]:
         "policy_hit_rate": stats.get("policy", {}).get("hit_rate", 0.0),
         **audit_samples(rollouts, logs["policy"]),
         **spec.get("tags", {}),
+        **({"logs": logs} if spec.get("keep_logs") else {}),
     }
 
 

@@ -107,7 +107,7 @@ async def correctness(args: Any, sample: Any, sampling_params: dict, prediction:
     text = tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)
     ids = tok.encode(text, add_special_tokens=False)
     out = await common.generate(common.model_url(args, JUDGE_MODEL), ids, {**sampling_params, "temperature": 0.0},
-                                512, None)
+                                512, sample.session_id)
     found = re.findall(r'"?correct"?\s*:\s*"?(true|false)', out["text"], re.I)
     return float(bool(found) and found[-1].lower() == "true")
 

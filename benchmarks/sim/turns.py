@@ -14,7 +14,7 @@ both workflows is exercised:
                     </tool_call>; per session a plan of 1-5 tools then `answer`, sometimes 14 tools
                     (the graph's 12-turn limit), sometimes an invalid call (bad JSON / unknown alias)
   expert  query / reason (sometimes with a ```python block) / consult / final (<answer> or \\boxed{})
-          / judge ({"correct": true|false}; keyed by the prompt, since graders send no session id)
+          / judge ({"correct": true|false}; a function of the prompt alone, whatever the session)
 
 Invariants: deterministic in (seed, role, session, call number, prompt kind); text is tokenised
 canonically, except that a `noncanonical_rate` share of turns has one token split into two valid
@@ -113,7 +113,7 @@ class TurnWriter:
 
     def write(self, role: str, session: str, call: int, prompt: Sequence[int], max_new: int) -> Turn:
         kind = self.classify(role, prompt)
-        # a judge's verdict is a function of what it is shown (graders send no session id)
+        # a judge's verdict is a function of what it is shown (some graders send no session id)
         rng = seeded(self.seed, "judge", digest(prompt)) if kind == "judge" else seeded(self.seed, role, session, call, kind)
         text = getattr(self, "_" + kind)(rng, session, call, prompt)
         ids = self.encode(text)

@@ -7,7 +7,8 @@ list[RolloutResult] -> list[RolloutResult] for `run_dataset(group_reward=...)`, 
 plan has no group reward.
 
 - `preference` (built-in): correct = the rollout's own reward (its `reward.key` value when a dict)
-  >= 0.5; features from its calls (usage: cost, latency, ...) and final state (`group.oriented_features`).
+  >= 0.5; features from its calls (usage: cost, latency, ...; the reward judge's calls excluded) and
+  final state (`group.oriented_features`).
   Each rollout's reward becomes {score, correct, preference, dropped, rule}: `score` is what is
   credited (`reward.credit`: even / broadcast) and trained; `rule` is the reward before the group step.
 - `module:function`: called as fn(rewards: list, **args) with the rollouts' own rewards (float, dict,
@@ -32,6 +33,7 @@ from ..spec.imports import ImportProblem, resolve_callable
 from .group import oriented_features, preference
 
 Hook = Callable[[list[RolloutResult]], list[RolloutResult]]
+JUDGE_NODE = "reward"  # the node name the executor records reward-judge calls under
 
 
 def group_reward_hook(plan: Plan, rows: Sequence[Mapping[str, Any]], search: list[Path] | None = None) -> Hook | None:
@@ -74,7 +76,9 @@ def _preference(results: list[RolloutResult], args: Mapping[str, Any], credit: s
                 key: str | None) -> list[RolloutResult]:
     rule = [scalar(r.reward, key) for r in results]
     correct = [v >= 0.5 for v in rule]
-    feats = [oriented_features(usage(list(r.calls)), r.state, args.get("features")) for r in results]
+    # the judge's calls (node "reward") are the grader's cost, not the rollout's: left out of the features
+    feats = [oriented_features(usage([c for c in r.calls if c.node != JUDGE_NODE]), r.state, args.get("features"))
+             for r in results]
     scores = preference(correct, feats, weights=args.get("weights"), clip=float(args.get("clip", 3.0)),
                         min_std=float(args.get("min_std", 0.1)))
     credited = regroup_credit(results, scores.rewards, credit)

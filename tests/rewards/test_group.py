@@ -3,6 +3,7 @@ checked against numbers worked out by hand in the comments."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -129,6 +130,19 @@ def test_hook_replaces_rewards_and_broadcasts_them_to_every_turn():
         assert [s.reward for s in res.samples] == pytest.approx([z] * len(before.samples), abs=1e-6)  # broadcast
     assert [r.reward["correct"] for r in out] == [1.0, 1.0, 0.0, 1.0]
     json.dumps([r.reward for r in out])  # trajectory lines stay JSON
+
+
+def test_the_judges_calls_are_not_the_rollouts_cost():
+    plan, _ = plan_from_path(REPO / "graphs" / "toolorchestra.yaml")
+    hook = group_reward_hook(plan, [{"prompt": "q", "label": "a",
+                                     "metadata": {"pref_vec": {"accuracy": 1, "cost": 1}}}])
+    judged = _result(1, 1.0, 0.1, 1.0, {}, samples=1)
+    judged = dataclasses.replace(judged, calls=judged.calls + (CallRecord("reward", 1, "Qwen/Qwen3-32B", 500, 9,
+                                                                          latency_s=3.0, cost=5.0),))
+    cheaper = _result(0, 1.0, 0.2, 1.0, {}, samples=1)
+    out = hook([cheaper, judged])
+    # without the judge's 5.0 the judged rollout (0.1) is the cheaper one: preferences 0, 1
+    assert [r.reward["preference"] for r in out] == [0.0, 1.0]
 
 
 def test_hook_even_credit_and_failed_rollouts():

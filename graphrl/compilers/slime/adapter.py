@@ -69,7 +69,6 @@ class SlimeTarget:
         self._tokenizer_loader = tokenizer_loader
         self._plan: Plan | None = None
         self._wired: _Wired | None = None
-        self._source_dir: str | None = None
 
     # ------------------------------------------------------------------ boundary
     def plan(self, args: Any = None) -> Plan:
@@ -80,7 +79,6 @@ class SlimeTarget:
 
     def _wire(self, args: Any) -> _Wired:
         plan = self.plan(args)
-        self._source_dir = getattr(args, "graphrl_source_dir", None)
         cfg = from_args(args, plan)
         if self._wired is not None and self._wired.cfg == cfg:
             return self._wired
@@ -105,7 +103,7 @@ class SlimeTarget:
             from ...tools.registry import ToolBox
 
             plan = self.plan()
-            search = [Path(self._source_dir or Path(plan.source.get("file", ".")).parent), self.plan_path.parent]
+            search = [Path(wired.cfg.source_dir or Path(plan.source.get("file", ".")).parent), self.plan_path.parent]
             ex = wired.executors[key] = Executor(plan, wired.endpoints, tools=ToolBox(search),
                                                  rewards=RewardBox(search), sampling=sampling)
         return ex

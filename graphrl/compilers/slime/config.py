@@ -45,6 +45,7 @@ class SlimeConfig:
     reward_key: str | None
     timeout_s: float
     fanout: bool
+    source_dir: str | None = None  # the graph's directory (slime_args.yaml): user tools and rewards
 
 
 def module_name(plan: Plan) -> str:
@@ -154,4 +155,5 @@ def from_args(args: Any, plan: Plan) -> SlimeConfig:
         hf_checkpoint=str(hf), urls=urls, tokenizers=tokenizers,
         max_response_len=get("rollout_max_response_len"), max_context_len=get("rollout_max_context_len"),
         partial_rollout=bool(get("partial_rollout", False)), reward_key=get("reward_key"),
-        timeout_s=float(get("graphrl_request_timeout_s", 900.0) or 900.0), fanout=plan.training.fanout)
+        timeout_s=float(get("graphrl_request_timeout_s", 900.0) or 900.0), fanout=plan.training.fanout,
+        source_dir=get("graphrl_source_dir"))
