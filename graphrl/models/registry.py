@@ -21,6 +21,7 @@ import hashlib
 import importlib.util
 import json
 import shutil
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -170,18 +171,25 @@ def model_dir(name_or_path: str | Path) -> Path:
     )
 
 
+# Loading patches torch's weight initialisers while it runs (see _skip_weight_init) and builds caches
+# on disk: two loads in threads of one process (e.g. `graphrl demo` running graphs side by side) must
+# not overlap, or one sees the other's patched state and gets meta tensors.
+_LOAD_LOCK = threading.Lock()
+
+
 def load_model(name_or_path: str | Path) -> tuple[Any, Any]:
     """(model, tokenizer) for a built-in name or a Hugging Face model directory.
 
-    `tiny` comes with the process-wide memoised Qwen tokenizer (do not mutate it).
+    `tiny` comes with the process-wide memoised Qwen tokenizer (do not mutate it). Thread-safe.
     """
     _torch_transformers("loading a model")
-    tokenizer = None
-    if str(name_or_path) == "tiny":
-        from graphrl.models.tokenizer import qwen_tokenizer
+    with _LOAD_LOCK:
+        tokenizer = None
+        if str(name_or_path) == "tiny":
+            from graphrl.models.tokenizer import qwen_tokenizer
 
-        tokenizer = qwen_tokenizer()
-    return _load_dir(model_dir(name_or_path), tokenizer)
+            tokenizer = qwen_tokenizer()
+        return _load_dir(model_dir(name_or_path), tokenizer)
 
 
 def resolve_tokenizer(name_or_path: str | Path) -> Any:

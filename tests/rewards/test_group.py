@@ -168,12 +168,12 @@ def test_no_group_reward_no_hook():
 
 
 def test_user_group_function(tmp_path):
-    (tmp_path / "grp.py").write_text("def rank(rewards, bonus):\n"
+    (tmp_path / "my_group_rewards.py").write_text("def rank(rewards, bonus):\n"
                                      "    return [(r or 0.0) + bonus * i for i, r in enumerate(rewards)]\n")
     graph = tmp_path / "g.yaml"
     graph.write_text("name: g\ninputs: {q: prompt}\nnodes:\n  a: {llm: policy, prompt: '{{ q }}'}\n"
                      "reward:\n  fn: exact_match\n  args: {prediction: '{{ a.text }}', label: x}\n  credit: broadcast\n"
-                     "  group: {fn: 'grp:rank', args: {bonus: '{{ row.metadata.bonus }}'}}\n")
+                     "  group: {fn: 'my_group_rewards:rank', args: {bonus: '{{ row.metadata.bonus }}'}}\n")
     plan, diags = plan_from_path(graph)
     assert plan is not None, diags
     hook = group_reward_hook(plan, [{"prompt": "q", "metadata": {"bonus": 0.5}}], [tmp_path])
