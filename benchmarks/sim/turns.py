@@ -16,6 +16,8 @@ both workflows is exercised:
   expert  query / reason (sometimes with a ```python block) / consult / final (<answer> or \\boxed{})
           / judge ({"correct": true|false}; a function of the prompt alone, whatever the session)
 
+Cheap to serve: each kind has `POOL` variants (their lengths drawn from `Shape`), tokenised once and
+cached; a call picks a variant and the discrete choices (tool, alias, answer, verdict) by its seed.
 Invariants: deterministic in (seed, role, session, call number, prompt kind); text is tokenised
 canonically, except that a `noncanonical_rate` share of turns has one token split into two valid
 tokens that decode to the same text -- as sampled models sometimes do, and exactly what a
@@ -36,6 +38,7 @@ from typing import Any, Sequence
 from .text import ALIASES, REASONS, gold_answer, seeded, sentence, wrong_answer
 
 IM_END = 151645
+POOL = 512  # output variants per kind; a call picks one (and its own non-canonical split, log-probs)
 _SPECIAL_FROM = 151643  # ids from here on are added tokens: never split
 
 
@@ -88,6 +91,7 @@ class TurnWriter:
         self._tok = tokenizer.backend_tokenizer
         self._vocab = self._tok.get_vocab(with_added_tokens=False)
         self._pieces = {i: t for t, i in self._vocab.items()}
+        self._cache: dict[tuple, tuple[tuple[int, ...], str]] = {}  # variant key -> (ids, text)
 
     # -- text <-> ids ----------------------------------------------------------------------------
     def encode(self, text: str) -> list[int]:
@@ -115,19 +119,60 @@ class TurnWriter:
         kind = self.classify(role, prompt)
         # a judge's verdict is a function of what it is shown (some graders send no session id)
         rng = seeded(self.seed, "judge", digest(prompt)) if kind == "judge" else seeded(self.seed, role, session, call, kind)
-        text = getattr(self, "_" + kind)(rng, session, call, prompt)
-        ids = self.encode(text)
+        key = getattr(self, "_" + kind)(rng, session, call, prompt)
+        cached = self._cache.get(key)
+        if cached is None:
+            text = self._text(key)
+            cached = self._cache[key] = (tuple(self.encode(text)), text)
+        ids, text = list(cached[0]), cached[1]
         if rng.random() < self.shape.noncanonical_rate:
-            ids = self._split_one(ids, rng)
+            ids = self._split_one(ids, rng)  # same text, other ids
         if len(ids) >= max_new:
             ids = ids[:max_new]
             finish: dict[str, Any] = {"type": "length", "length": max_new}
+            text = self.decode(ids)
         else:
             ids.append(IM_END)
             finish = {"type": "stop", "matched": IM_END}
+            text += "<|im_end|>"
         rnd = rng.random
         logprobs = tuple(-3.0 * rnd() ** 3 for _ in ids)
-        return Turn(kind, tuple(ids), logprobs, finish, self.decode(ids))
+        return Turn(kind, tuple(ids), logprobs, finish, text)
+
+    def _text(self, key: tuple) -> str:
+        """The text of one output variant: a pure function of its key (kind, variant, choices)."""
+        kind, variant, *choice = key
+        rng = seeded(self.seed, "text", *key)
+        shape = self.shape
+        if kind == "memorize":
+            return "Notes so far: " + _filler(rng, _length(rng, shape.memory)) if variant >= 0 else ""
+        if kind == "answer":
+            return f"{rng.choice(REASONS)} {_filler(rng, _length(rng, shape.answer))} \\boxed{{{choice[0]}}}"
+        if kind == "orchestrate":
+            think = f"{rng.choice(REASONS)} {_filler(rng, _length(rng, shape.think))}"
+            return f"<think>\n{think}\n</think>\n\n<tool_call>\n{choice[0]}\n</tool_call>"
+        if kind == "query":
+            words = sentence(rng).rstrip(".").split()[1:]
+            return f"<think>\n{rng.choice(REASONS)}\n</think>\n<query>{' '.join(words[:_length(rng, shape.query)])}</query>"
+        if kind == "reason":
+            text = f"<think>\n{rng.choice(REASONS)}\n</think>\n{_filler(rng, _length(rng, shape.reason))}"
+            if choice[0]:
+                text += f"\n\n```python\nprint({rng.randint(2, 999)} * {rng.randint(2, 999)})\n```"
+            return text
+        if kind == "consult":
+            return _filler(rng, _length(rng, shape.consult))
+        if kind == "final":
+            ans, boxed = choice
+            if boxed:
+                return f"{rng.choice(REASONS)} So the answer is \\boxed{{{ans}}}."
+            return f"<think>\n{rng.choice(REASONS)}\n</think>\n<answer>{ans}</answer>"
+        if kind == "judge":
+            return f"{rng.choice(REASONS)}\n{{\"correct\": {choice[0]}}}"
+        return _filler(rng, 40)
+
+    def _question(self, prompt: Sequence[int], pattern: str) -> str:
+        m = re.search(pattern, self.decode(prompt[:256]), re.S)  # the question sits near the start
+        return m.group(1) if m else ""
 
     def _split_one(self, ids: list[int], rng: random.Random) -> list[int]:
         """Replace one multi-byte token by two vocabulary tokens with the same bytes."""
@@ -144,19 +189,16 @@ class TurnWriter:
                 return ids[:i] + [a, b] + ids[i + 1:]
         return ids
 
-    # -- policy turns ----------------------------------------------------------------------------
-    def _memorize(self, rng, session, call, prompt) -> str:
-        if rng.random() < self.shape.empty_memory_rate:
-            return ""
-        return "Notes so far: " + _filler(rng, _length(rng, self.shape.memory))
+    # -- turns: each returns the key of its output variant (rng: this call's choices) -------------
+    def _memorize(self, rng, session, call, prompt) -> tuple:
+        return ("memorize", -1 if rng.random() < self.shape.empty_memory_rate else rng.randrange(POOL))
 
-    def _answer(self, rng, session, call, prompt) -> str:
-        m = re.search(r"<problem>\n(.*?)\n</problem>", self.decode(prompt), re.S)
-        q = m.group(1) if m else ""
+    def _answer(self, rng, session, call, prompt) -> tuple:
+        q = self._question(prompt, r"<problem>\n(.*?)\n</problem>")
         ans = gold_answer(q) if rng.random() < self.shape.correct_rate else wrong_answer(q, rng)
-        return f"{rng.choice(REASONS)} {_filler(rng, _length(rng, self.shape.answer))} \\boxed{{{ans}}}"
+        return ("answer", rng.randrange(POOL), ans)
 
-    def _orchestrate(self, rng, session, call, prompt) -> str:
+    def _orchestrate(self, rng, session, call, prompt) -> tuple:
         plan = seeded(self.seed, "plan", session)
         n_tools = 14 if plan.random() < self.shape.long_plan_rate else plan.choice((1, 2, 2, 3, 3, 4, 5))
         tools = [plan.choice(("search", "search", "enhance_reasoning", "call_expert")) for _ in range(n_tools)]
@@ -165,34 +207,24 @@ class TurnWriter:
         body = json.dumps({"name": name, "arguments": {"model": alias}})
         if rng.random() < self.shape.invalid_call_rate:
             body = body[:-1] if rng.random() < 0.5 else body.replace(alias, "expert-9")
-        think = f"{rng.choice(REASONS)} {_filler(rng, _length(rng, self.shape.think))}"
-        return f"<think>\n{think}\n</think>\n\n<tool_call>\n{body}\n</tool_call>"
+        return ("orchestrate", rng.randrange(POOL), body)
 
-    # -- expert turns ----------------------------------------------------------------------------
-    def _query(self, rng, session, call, prompt) -> str:
-        words = sentence(rng).rstrip(".").split()[1:]
-        return f"<think>\n{rng.choice(REASONS)}\n</think>\n<query>{' '.join(words[:_length(rng, self.shape.query)])}</query>"
+    def _query(self, rng, session, call, prompt) -> tuple:
+        return ("query", rng.randrange(POOL))
 
-    def _reason(self, rng, session, call, prompt) -> str:
-        text = f"<think>\n{rng.choice(REASONS)}\n</think>\n{_filler(rng, _length(rng, self.shape.reason))}"
-        if rng.random() < self.shape.code_rate:
-            text += f"\n\n```python\nprint({rng.randint(2, 999)} * {rng.randint(2, 999)})\n```"
-        return text
+    def _reason(self, rng, session, call, prompt) -> tuple:
+        return ("reason", rng.randrange(POOL), rng.random() < self.shape.code_rate)
 
-    def _consult(self, rng, session, call, prompt) -> str:
-        return _filler(rng, _length(rng, self.shape.consult))
+    def _consult(self, rng, session, call, prompt) -> tuple:
+        return ("consult", rng.randrange(POOL))
 
-    def _final(self, rng, session, call, prompt) -> str:
-        m = re.search(r"Question:\n(.*?)\n\nInformation gathered", self.decode(prompt), re.S)
-        q = m.group(1) if m else ""
+    def _final(self, rng, session, call, prompt) -> tuple:
+        q = self._question(prompt, r"Question:\n(.*?)\n\nInformation gathered")
         ans = gold_answer(q) if rng.random() < self.shape.correct_rate else wrong_answer(q, rng)
-        if rng.random() < self.shape.boxed_fallback_rate:
-            return f"{rng.choice(REASONS)} So the answer is \\boxed{{{ans}}}."
-        return f"<think>\n{rng.choice(REASONS)}\n</think>\n<answer>{ans}</answer>"
+        return ("final", rng.randrange(POOL), ans, rng.random() < self.shape.boxed_fallback_rate)
 
-    def _judge(self, rng, session, call, prompt) -> str:
-        verdict = "true" if rng.random() < self.shape.judge_true_rate else "false"
-        return f"{rng.choice(REASONS)}\n{{\"correct\": {verdict}}}"
+    def _judge(self, rng, session, call, prompt) -> tuple:
+        return ("judge", rng.randrange(POOL), "true" if rng.random() < self.shape.judge_true_rate else "false")
 
-    def _other(self, rng, session, call, prompt) -> str:
-        return _filler(rng, 40)
+    def _other(self, rng, session, call, prompt) -> tuple:
+        return ("other", rng.randrange(POOL))

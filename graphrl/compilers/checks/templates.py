@@ -48,6 +48,8 @@ def _bound(g: Graph, flow: Flow, site: Site, env_globals: frozenset[str]) -> set
     nid = site.node
     if nid is None:  # reward: every node may have run, and the rollout's usage is known
         return names | set(g.nodes) | {"usage"}
+    if flow.start in g.nodes and nid != flow.start and not nx.has_path(flow.graph, flow.start, nid):
+        names |= set(g.nodes)  # unreachable (E102 says so): do not pile unbound-name errors on top
     names |= nx.ancestors(flow.graph, nid) & set(g.nodes)
     if _on_cycle(flow, nid):
         names.add(nid)
