@@ -79,6 +79,10 @@ class _Walker:
                 key = self.constructor.construct_object(key_node, deep=True)
                 if isinstance(key, (list, dict)):
                     key = str(key)
+                elif isinstance(key, bool) and key_node.value.lower() not in ("true", "false"):
+                    # YAML 1.1 reads yes/no/on/off keys as booleans; in a graph a key is a name
+                    # (a switch case compared with text), so keep what was written
+                    key = key_node.value
                 kpath = path + (key,)
                 if key in out:
                     code = "E005" if path == ("nodes",) else "E004"

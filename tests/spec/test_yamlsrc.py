@@ -134,3 +134,9 @@ def test_alias_expansion_is_bounded():
     assert time.monotonic() - t < 5
     assert [d.code for d in loc.diagnostics] == ["E001"]
     assert "aliases are expanded" in loc.diagnostics[0].message
+
+
+def test_yes_no_keys_stay_names_while_true_false_stay_booleans():
+    """A switch written `cases: {yes: a, no: b}` must match the text 'yes', not the boolean True."""
+    loc = load_yaml("cases: {yes: a, no: b, on: c, true: d}\n", "g.yaml")
+    assert list(loc.value["cases"]) == ["yes", "no", "on", True]
