@@ -73,14 +73,23 @@ def ratio_table(merged: dict, workflow: str) -> str:
 
 
 def scaling_table(rows: list[dict[str, Any]]) -> str:
+    """Per chunk: CPU / memorize calls; "marginal": the extra CPU (excl. tokenisation) per extra
+    chunk from the previous size -- flat when nothing grows with the document."""
     head = ("| system | chunks per document | rollouts | LLM calls | CPU ms/chunk | tokenise ms/chunk | "
-            "CPU excl. tokenise ms/chunk | wall s | mismatched tokens |")
+            "CPU excl. tokenise ms/chunk | marginal CPU excl. tokenise ms/chunk | wall s | mismatched tokens |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
-    for r in sorted(rows, key=lambda r: (r["system"] != "graphrl", r["chunks"])):
+    prev: dict[str, tuple[int, float]] = {}
+    for r in sorted(rows, key=lambda r: (r["system"] != "graphrl", r["system"], r["chunks"])):
         n = max(r["calls"] - r["rollouts"], 1)  # memorize calls = chunks processed
+        rest = r["overhead_ms_per_call"] * r["calls"]  # ms, all rollouts
+        marginal = "-"
+        if r["system"] in prev and r["chunks"] > prev[r["system"]][0]:
+            c0, rest0 = prev[r["system"]]
+            marginal = f"{(rest - rest0) / (r['rollouts'] * (r['chunks'] - c0)):.3f}"
+        prev[r["system"]] = (r["chunks"], rest)
         lines.append(f"| {r['system']} | {r['chunks']} | {r['rollouts']} | {r['calls']} | "
                      f"{1e3 * r['cpu_s'] / n:.3f} | {r['tokenise_ms_per_call'] * r['calls'] / n:.3f} | "
-                     f"{r['overhead_ms_per_call'] * r['calls'] / n:.3f} | {r['wall_s']:.2f} | {r['mismatch_tokens']} |")
+                     f"{rest / n:.3f} | {marginal} | {r['wall_s']:.2f} | {r['mismatch_tokens']} |")
     return "\n".join(lines)
 
 

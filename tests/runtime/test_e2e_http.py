@@ -10,11 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import socket
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -31,40 +27,14 @@ from graphrl.runtime.runner import run_dataset  # noqa: E402
 from graphrl.tools.registry import ToolBox  # noqa: E402
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "graphs"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, str(Path(__file__).parent))
+from tinyserver import tiny_server as serve_tiny  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def tiny_server():
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "graphrl.cli", "serve", "--model", "tiny", "--port", str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
-    import urllib.request
-
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"graphrl serve exited: {proc.stderr.read()}")
-        try:
-            if urllib.request.urlopen(url + "/health", timeout=2).status == 200:
-                break
-        except OSError:
-            time.sleep(0.5)
-    else:
-        proc.kill()
-        raise RuntimeError("graphrl serve did not become healthy")
-    yield url
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    with serve_tiny() as url:
+        yield url
 
 
 class RecordingEngineForTests:
