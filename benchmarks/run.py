@@ -34,6 +34,7 @@ from . import data, graphs, report
 REPO = Path(__file__).resolve().parent.parent
 SYSTEMS = ("graphrl", "careful", "text")
 SCALING_SPEEDUP = 10.0
+NO_CODE = " (no code execution)"
 FULL = {"concurrency": (1, 64, 512), "rollouts": {1: 8, 64: 256, 512: 1024}, "repeats": 3,
         "scaling": (1, 8, 64, 512), "scaling_rollouts": 8, "memagent_chunks": (1, 3), "empty_every": 16,
         "latency": (0.02, 0.001, 0.00001)}
@@ -62,6 +63,9 @@ def parser() -> argparse.ArgumentParser:
                    help="share of model turns with one non-canonically tokenised word")
     p.add_argument("--code-rate", type=float, default=0.35,
                    help="share of enhance_reasoning expert turns with a ```python block (run by the python tool)")
+    p.add_argument("--no-code-variant", action=argparse.BooleanOptionalAction, default=True,
+                   help="full runs also run ToolOrchestra with --code-rate 0 (the orchestration alone, "
+                        "without the python tool's sandbox) for graphrl and careful")
     p.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
                    help="each cell in a fresh process (default: on, off with --quick)")
     p.add_argument("--json", type=Path, help="write all results here")
@@ -129,50 +133,27 @@ def main(argv: list[str] | None = None) -> int:
     for name, value in zip(("per_request_s", "per_output_token_s", "per_prefill_token_s"), preset["latency"]):
         if getattr(ns, name) is None:
             setattr(ns, name, value)
-    concurrency = tuple(ns.concurrency or preset["concurrency"])
     repeats = ns.repeats or preset["repeats"]
     scaling = tuple(preset["scaling"] if ns.scaling is None else ns.scaling)
     isolate = (not ns.quick) if ns.isolate is None else ns.isolate
-    rollouts = lambda c: ns.rollouts or preset["rollouts"].get(c, 4 * c)  # noqa: E731
     build = ns.build_dir
     build.mkdir(parents=True, exist_ok=True)
     t_start = time.time()
     load = os.getloadavg()
 
-    from graphrl.models.tokenizer import qwen_tokenizer, qwen_tokenizer_dir
+    from graphrl.models.tokenizer import qwen_tokenizer_dir
 
-    server = Server(ns)
-    _note(f"simulated server ready ({time.time() - t_start:.1f} s)")
-    try:
-        tok, hf = qwen_tokenizer(), str(qwen_tokenizer_dir())
-        modules = {
-            "memagent": graphs.compile_graph(graphs.memagent_yaml(build / "graphs"), build / "memagent"),
-            "toolorchestra": graphs.compile_graph(graphs.toolorchestra_yaml(build / "graphs"),
-                                                  build / "toolorchestra"),
-        }
-        _note(f"graphs compiled ({time.time() - t_start:.1f} s)")
-        base = {"n_samples": ns.n_samples, "urls": server.urls, "hf_checkpoint": hf, "warmup": 2}
-        cells: list[dict[str, Any]] = []
-        for wf in ns.workflows:
-            for c in concurrency:
-                n = rollouts(c)
-                prompts = max(1, n // ns.n_samples)
-                path = build / "data" / (f"{wf}-{ns.seed}-{prompts}-" + "-".join(map(str, preset["memagent_chunks"]))
-                                         + f"-{preset['empty_every']}.jsonl")
-                if not path.exists():
-                    rows = (data.memagent_rows(prompts, seed=ns.seed, chunk_tokens=5000, chunks=preset["memagent_chunks"],
-                                               tokenizer=tok, empty_every=preset["empty_every"]) if wf == "memagent"
-                            else data.toolorchestra_rows(prompts, seed=ns.seed))
-                    data.write_jsonl(rows, path)
-                for rep in range(repeats):
-                    order = ns.systems[rep % len(ns.systems):] + ns.systems[:rep % len(ns.systems)]
-                    for system in order:
-                        spec = {**base, "workflow": wf, "system": system, "concurrency": c, "data": str(path),
-                                "module": str(modules[wf]), "tags": {"repeat": rep}}
-                        cells.append(run_cell(spec, isolate))
-                        _progress(cells[-1])
-    finally:
-        server.stop()
+    modules = {
+        "memagent": graphs.compile_graph(graphs.memagent_yaml(build / "graphs"), build / "memagent"),
+        "toolorchestra": graphs.compile_graph(graphs.toolorchestra_yaml(build / "graphs"), build / "toolorchestra"),
+    }
+    _note(f"graphs compiled ({time.time() - t_start:.1f} s)")
+    base = {"n_samples": ns.n_samples, "hf_checkpoint": str(qwen_tokenizer_dir()), "warmup": 2}
+    cells = _matrix(ns, preset, ns, ns.workflows, ns.systems, "", modules, base, repeats, isolate)
+    if not ns.quick and ns.no_code_variant and "toolorchestra" in ns.workflows:
+        no_code = argparse.Namespace(**{**vars(ns), "code_rate": 0.0})
+        cells += _matrix(ns, preset, no_code, ["toolorchestra"], [x for x in ns.systems if x != "text"], NO_CODE,
+                         modules, base, repeats, isolate)
     scale_rows = _scaling(ns, preset, scaling, base, build, isolate)
 
     merged = report.merge(cells)
@@ -184,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
            f"{ns.per_prefill_token_s:g} s per uncached prompt token; {ns.noncanonical_rate:.0%} of turns with a "
            f"non-canonical token; {ns.code_rate:.0%} of reasoning turns run Python; {ns.n_samples} samples per prompt; "
            f"{'each cell in its own process' if isolate else 'cells in one process'}; medians of {repeats} run(s)", ""]
-    for wf in ns.workflows:
+    for wf in sorted({c["workflow"] for c in cells}, key=lambda w: (w.endswith(NO_CODE), w)):
         out += [f"## {wf}", "", report.cell_table(merged, wf), "", "graphrl / careful:", "",
                 report.ratio_table(merged, wf), ""]
     if scale_rows:
@@ -200,6 +181,42 @@ def main(argv: list[str] | None = None) -> int:
                                        "load_end": os.getloadavg(), "cells": cells, "scaling": scale_rows},
                                       indent=1))
     return 0
+
+
+def _matrix(ns, preset, server_ns, workflows, systems, suffix, modules, base, repeats,
+            isolate) -> list[dict[str, Any]]:
+    """Every (workflow, concurrency, repeat, system) cell against one simulated server started with
+    `server_ns`; results labelled workflow + `suffix`."""
+    from graphrl.models.tokenizer import qwen_tokenizer
+
+    build = ns.build_dir
+    rollouts = lambda c: ns.rollouts or preset["rollouts"].get(c, 4 * c)  # noqa: E731
+    cells: list[dict[str, Any]] = []
+    server = Server(server_ns)
+    _note(f"simulated server ready (code rate {server_ns.code_rate:g})")
+    try:
+        for wf in workflows:
+            for c in ns.concurrency or preset["concurrency"]:
+                prompts = max(1, rollouts(c) // ns.n_samples)
+                path = build / "data" / (f"{wf}-{ns.seed}-{prompts}-" + "-".join(map(str, preset["memagent_chunks"]))
+                                         + f"-{preset['empty_every']}.jsonl")
+                if not path.exists():
+                    rows = (data.memagent_rows(prompts, seed=ns.seed, chunk_tokens=5000, chunks=preset["memagent_chunks"],
+                                               tokenizer=qwen_tokenizer(), empty_every=preset["empty_every"])
+                            if wf == "memagent" else data.toolorchestra_rows(prompts, seed=ns.seed))
+                    data.write_jsonl(rows, path)
+                for rep in range(repeats):
+                    order = systems[rep % len(systems):] + systems[:rep % len(systems)]
+                    for system in order:
+                        spec = {**base, "urls": server.urls, "workflow": wf, "system": system, "concurrency": c,
+                                "data": str(path), "module": str(modules[wf]), "tags": {"repeat": rep}}
+                        cell = run_cell(spec, isolate)
+                        cell["workflow"] += suffix
+                        cells.append(cell)
+                        _progress(cell)
+    finally:
+        server.stop()
+    return cells
 
 
 def _scaling(ns, preset, sizes, base, build, isolate) -> list[dict[str, Any]]:

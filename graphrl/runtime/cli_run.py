@@ -107,7 +107,11 @@ def run_plan(plan, data, out_path, *, engine="local", model="smollm2", url=None,
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     if metadata:
-        rows = [{**row, "metadata": {**(row.get("metadata") or {}), **metadata}} for row in rows]
+        rows, skipped = _with_metadata(rows, metadata)
+        if skipped:
+            shown = ", ".join(str(i + 1) for i in skipped[:10]) + (", ..." if len(skipped) > 10 else "")
+            click.echo(f"warning: --metadata not applied to {len(skipped)} row(s) of {data} whose metadata is not "
+                       f"a mapping (row {shown}); their rollouts see the row's own metadata", err=True)
     if max_tokens_cap:
         plan = cap_max_tokens(plan, max_tokens_cap)
     try:
@@ -130,6 +134,20 @@ def run_plan(plan, data, out_path, *, engine="local", model="smollm2", url=None,
             await eps.close()
 
     return asyncio.run(main())
+
+
+def _with_metadata(rows: list[dict], extra: dict[str, object]) -> tuple[list[dict], list[int]]:
+    """Rows with `extra` merged into their metadata; rows whose metadata is not a mapping (nor
+    missing/null) are kept as they are -- a bad row must not stop the run -- and their indexes returned."""
+    out, skipped = [], []
+    for i, row in enumerate(rows):
+        meta = row.get("metadata")
+        if meta is not None and not isinstance(meta, dict):
+            skipped.append(i)
+            out.append(row)
+        else:
+            out.append({**row, "metadata": {**(meta or {}), **extra}})
+    return out, skipped
 
 
 def cap_max_tokens(plan, cap: int):

@@ -223,7 +223,8 @@ class Executor:
             r.ns[nid] = output
             self._updates(r, nid, node, ctx)
             if node.append_to is not None:
-                content = self.render.text(("nodes", nid, "append_to", "content"), node.append_to.content, ctx)
+                where = ("nodes", nid, "append_to", "content")
+                content = self._plain_text(where, self.render.text(where, node.append_to.content, ctx))
                 thread = self._thread(r, node.append_to.thread)
                 r.owners[(node.append_to.thread, len(thread.messages))] = (nid, visit)
                 thread.add_messages([{"role": node.append_to.role, "content": content}])
@@ -282,10 +283,14 @@ class Executor:
             ctx = self._ctx(r, 0)
             msgs = self._messages(("threads", name, "prompt"), decl.prompt, ctx)
             tools = self.render.value(("threads", name, "tools"), decl.tools, ctx) if decl.tools else None
+            self._plain_text(("threads", name, "tools"), tools)
             th = r.threads[name] = self.endpoints.renderer(POLICY).thread(msgs, tools=tools)
         return th
 
     def _messages(self, path: tuple, prompt: Any, ctx: dict[str, Any]) -> list[dict[str, Any]]:
+        """A prompt's rendered chat messages; data that cannot be a chat message (a `messages:` value
+        that is not text or {role, content} mappings, text that is not valid Unicode) is a located
+        RenderError, so a bad data row fails its rollout with a message, not an internal error."""
         out: list[dict[str, Any]] = []
         for i, m in enumerate(prompt or ()):
             role = m.role
@@ -294,12 +299,24 @@ class Executor:
                 out.append({"role": role, "content": value if isinstance(value, str) else str(value)})
             elif isinstance(value, str):
                 out.append({"role": "user", "content": value})
-            elif isinstance(value, list) and all(isinstance(x, Mapping) and "role" in x for x in value):
+            elif isinstance(value, list) and all(_is_message(x) for x in value):
                 out.extend(dict(x) for x in value)
             else:
+                bad = next((x for x in value if not _is_message(x)), None) if isinstance(value, list) else value
                 raise RenderError(self.plan.span(*path, i), "messages: must give a string or a list of "
-                                  f"{{role, content}} mappings, got {type(value).__name__}")
+                                  "{role, content} mappings (role a string, content a string, a list or null); "
+                                  f"got {_excerpt(bad)}")
+            self._plain_text(path + (i,), out[-1] if role != "messages" or isinstance(value, str) else value)
         return out
+
+    def _plain_text(self, path: tuple, value: Any) -> Any:
+        """`value` unchanged, or a located RenderError when a string in it is not valid Unicode (a lone
+        surrogate, e.g. from a JSON escape like \\ud800 in a data row): no tokenizer can encode it."""
+        bad = _lone_surrogate(value)
+        if bad is not None:
+            raise RenderError(self.plan.span(*path), f"text holds a lone surrogate (U+{ord(bad):04X}): "
+                              "not valid Unicode, cannot be tokenised")
+        return value
 
     def _params(self, nid: str, node: LLMNode, model: str, renderer) -> dict[str, Any]:
         p = dict(self.sampling)
@@ -484,6 +501,39 @@ def _scalar(reward: Any, key: str | None) -> Any:
         numeric = {k: float(v) for k, v in reward.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         return numeric
     return float(reward)
+
+
+def _is_message(x: Any) -> bool:
+    return (isinstance(x, Mapping) and isinstance(x.get("role"), str)
+            and (x.get("content") is None or isinstance(x.get("content"), (str, list))))
+
+
+def _excerpt(value: Any, n: int = 80) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text[:n]}{'...' if len(text) > n else ''}"
+
+
+def _lone_surrogate(value: Any) -> str | None:
+    """The first lone surrogate in the strings of `value` (nested lists/dicts/keys), else None."""
+    if isinstance(value, str):
+        if value.isascii():
+            return None
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return value[exc.start]
+        return None
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            bad = _lone_surrogate(k) or _lone_surrogate(v)
+            if bad:
+                return bad
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            bad = _lone_surrogate(v)
+            if bad:
+                return bad
+    return None
 
 
 def _strip_stop(renderer, ids: tuple[int, ...]) -> str:
