@@ -111,18 +111,21 @@ FORMATS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
 
 def read(path: str | Path, fmt: str) -> Iterator[dict[str, Any]]:
     """Rows of a JSONL file (or a JSON list) converted by `fmt`; errors say file:line."""
+    from .jsonl import JsonlError, iter_jsonl
+
     convert = FORMATS[fmt]
     text = Path(path).read_text(encoding="utf-8")
-    records = json.loads(text) if text.lstrip().startswith("[") else None
-    lines = enumerate(records, 1) if records is not None else enumerate(text.splitlines(), 1)
-    for n, item in lines:
-        if isinstance(item, str):
-            if not item.strip():
-                continue
-            try:
-                item = json.loads(item)
-            except json.JSONDecodeError as exc:
-                raise RowError(f"{path}:{n}: not valid JSON: {exc.msg}") from None
+    try:
+        lines = enumerate(json.loads(text), 1) if text.lstrip().startswith("[") else iter_jsonl(path)
+    except json.JSONDecodeError as exc:
+        raise RowError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}") from None
+    while True:
+        try:
+            n, item = next(lines)
+        except StopIteration:
+            return
+        except JsonlError as exc:
+            raise RowError(str(exc)) from None
         try:
             yield convert(item)
         except RowError as exc:

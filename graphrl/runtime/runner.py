@@ -89,29 +89,15 @@ def read_rows(path: str | Path, limit: int | None = None) -> list[dict[str, Any]
     """JSONL rows (lines end with \\n; \\r\\n works too). Any bad line -- not UTF-8, not JSON, nested
     past Python's recursion limit, a number Python will not convert, not an object -- is a ValueError
     located at it (file:line:col); nothing else is raised for the file's content."""
+    from ..data.jsonl import iter_jsonl
+
     rows = []
-    with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, 1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                col = len(raw[: exc.start].decode("utf-8", "replace")) + 1
-                raise ValueError(f"{path}:{lineno}:{col}: not valid UTF-8 (byte 0x{raw[exc.start]:02x})") from None
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{lineno}:{exc.colno}: not valid JSON: {exc.msg}") from None
-            except RecursionError:
-                raise ValueError(f"{path}:{lineno}:1: not valid JSON: nested too deeply") from None
-            except ValueError as exc:  # e.g. an integer with more digits than Python converts
-                raise ValueError(f"{path}:{lineno}:1: not valid JSON: {str(exc).split(';')[0]}") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{path}:{lineno}:1: a data row must be a JSON object with prompt/label/metadata")
-            rows.append(row)
-            if limit is not None and len(rows) >= limit:
-                break
+    for lineno, row in iter_jsonl(path):
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}:{lineno}:1: a data row must be a JSON object with prompt/label/metadata")
+        rows.append(row)
+        if limit is not None and len(rows) >= limit:
+            break
     return rows
 
 

@@ -36,18 +36,16 @@ class CorpusError(ValueError):
 
 def read_corpus(path: str | Path) -> list[dict[str, Any]]:
     docs = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise CorpusError(f"{path}:{lineno}: not valid JSON: {exc.msg}") from None
+    from ..data.jsonl import JsonlError, iter_jsonl
+
+    try:
+        for lineno, rec in iter_jsonl(path):
             if not isinstance(rec, dict) or not isinstance(rec.get("contents", rec.get("text")), str):
                 raise CorpusError(f"{path}:{lineno}: a document needs a string 'contents' (or 'text')")
             docs.append({"id": str(rec.get("id", len(docs))), "title": str(rec.get("title") or ""),
                          "contents": rec.get("contents", rec.get("text"))})
+    except JsonlError as exc:
+        raise CorpusError(str(exc)) from None
     if not docs:
         raise CorpusError(f"{path}: no documents")
     return docs

@@ -57,7 +57,7 @@ def test_read_corpus_defaults_ids_and_reports_bad_lines(tmp_path, corpus):
     with pytest.raises(CorpusError, match=r"bad.jsonl:2: a document needs a string 'contents'"):
         read_corpus(bad)
     bad.write_text('{"text": "ok"}\nnot json\n')
-    with pytest.raises(CorpusError, match=r"bad.jsonl:2: not valid JSON"):
+    with pytest.raises(CorpusError, match=r"bad.jsonl:2:\d+: not valid JSON"):
         read_corpus(bad)
 
 
