@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY      = $(VENV)/bin/python
 BIN     = $(VENV)/bin
 
-.PHONY: demo test setup browser docs-img clean
+.PHONY: demo test setup browser docs-img bench bench-quick clean
 
 setup: $(VENV)/.installed
 
@@ -23,6 +23,16 @@ demo: setup
 
 test: setup browser
 	$(PY) -m pytest -q
+
+# Benchmarks (docs/performance.md): graphrl's compiled generate against hand-written slime generate
+# functions on a latency-simulating SGLang-protocol server. `bench` is the full run (about 30 minutes
+# on 2 cores), `bench-quick` the under-a-minute smoke run (its timings mean nothing).
+bench: setup
+	@mkdir -p build/bench
+	$(PY) -m benchmarks.run --json build/bench/results.json | tee build/bench/results.md
+
+bench-quick: setup
+	$(PY) -m benchmarks.run --quick
 
 # Headless Chromium for the trajectory-viewer browser test (tests/viz/test_browser.py), from Debian.
 # Installed only when missing and only as root; otherwise that test skips and says why.

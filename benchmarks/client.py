@@ -175,9 +175,8 @@ async def _close(system: str, generate: Any) -> None:
         await common.close()
         return
     target = getattr(sys.modules.get(generate.__module__), "_target", None)
-    built = getattr(target, "_built", None)
-    if built is not None:
-        await built[2].endpoints.close()
+    if target is not None:
+        await target.close()
 
 
 def _reward(sample: Any) -> float:

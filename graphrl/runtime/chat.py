@@ -118,6 +118,7 @@ class ChatRenderer:
         if stop_token_ids is None:
             stop_token_ids = _default_stop_ids(tokenizer)
         self.stop_token_ids = frozenset(int(i) for i in stop_token_ids)
+        self._one: dict[int, str] = {}  # single-token decodings (a turn's stop token, every turn)
 
     # -- text <-> ids -----------------------------------------------------------------------------
     def encode(self, text: str) -> tuple[int, ...]:
@@ -132,6 +133,16 @@ class ChatRenderer:
 
     def decode(self, ids: Sequence[int]) -> str:
         """Ids -> text with special tokens and spacing kept (used for rendering, never training)."""
+        if len(ids) == 1:
+            text = self._one.get(ids[0])
+            if text is None:
+                text = self._decode(ids)
+                if len(self._one) < 4096:
+                    self._one[ids[0]] = text
+            return text
+        return self._decode(ids)
+
+    def _decode(self, ids: Sequence[int]) -> str:
         if self._backend is not None:
             return self._backend.decode(list(ids), skip_special_tokens=False)
         return self.tokenizer.decode(list(ids), skip_special_tokens=False,
@@ -226,7 +237,9 @@ class ChatThread:
             raise ThreadStateError(f"add_output needs a prepared thread (state {self._state!r})")
         if self._pending:
             raise ThreadStateError("messages were added after prepare() and before the output")
-        ids = [operator.index(i) for i in output_ids]
+        ids = list(output_ids)
+        if set(map(type, ids)) - {int}:  # engines give plain ints; anything else goes through index()
+            ids = [operator.index(i) for i in ids]
         stops = self._r.stop_token_ids
         matched = getattr(finish_reason, "matched", None)
         if isinstance(matched, int) and not isinstance(matched, bool):

@@ -131,6 +131,7 @@ def run_plan(plan, data, out_path, *, engine="local", model="smollm2", url=None,
             return await run_dataset(executor, rows, out_path, n_samples=n_samples, concurrency=concurrency,
                                      seed=seed, decode=decode, group_reward=group_reward, progress=progress)
         finally:
+            await executor.close()
             await eps.close()
 
     return asyncio.run(main())

@@ -103,6 +103,12 @@ class Executor:
         self.clock = clock
 
     # ------------------------------------------------------------------ public
+    async def close(self) -> None:
+        """Release what the tools hold open (HTTP sessions); the endpoints are their owner's to close."""
+        close = getattr(self.tools, "close", None)
+        if close is not None:
+            await close()
+
     async def run(self, inp: RolloutInput, *, abort: asyncio.Event | None = None) -> RolloutResult:
         t0 = self.clock()
         r = _Rollout(inp=inp, ns={}, state={}, t0=t0)
@@ -515,7 +521,8 @@ def _excerpt(value: Any, n: int = 80) -> str:
 
 def _lone_surrogate(value: Any) -> str | None:
     """The first lone surrogate in the strings of `value` (nested lists/dicts/keys), else None."""
-    if isinstance(value, str):
+    t = type(value)
+    if t is str or (t is not dict and t is not list and isinstance(value, str)):
         if value.isascii():
             return None
         try:
@@ -523,7 +530,7 @@ def _lone_surrogate(value: Any) -> str | None:
         except UnicodeEncodeError as exc:
             return value[exc.start]
         return None
-    if isinstance(value, Mapping):
+    if t is dict or (t is not list and isinstance(value, Mapping)):
         for k, v in value.items():
             bad = _lone_surrogate(k) or _lone_surrogate(v)
             if bad:

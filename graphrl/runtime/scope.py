@@ -106,6 +106,7 @@ def _fast(env: Any, text: str, mode: str) -> Callable[[dict], Any] | None:
     except AttributeError:
         return None
     g = dict(tmpl.globals)
+    tmpl.globals = g  # a plain dict: each Context copies its keys (a ChainMap iterates in Python)
     if mode == "expr":
         def expr(ctx: dict) -> Any:
             context = new_context({**g, **ctx}, shared=True)

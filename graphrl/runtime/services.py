@@ -76,6 +76,8 @@ class ToolResult:
 class ToolRunner(Protocol):
     async def call(self, tool: str, args: dict[str, Any], *, timeout: float, max_chars: int | None) -> ToolResult: ...
 
+    async def close(self) -> None: ...
+
 
 # judge(model, messages, max_tokens) -> text of the judge model's answer
 JudgeFn = Callable[[str, list[dict[str, Any]], int], Awaitable[str]]

@@ -6,6 +6,7 @@ Output: `ToolResult(text, ok, error, data)`; failures (timeouts, crashes, bad ar
 observations with ok=False, so the rollout goes on and the graph can route on them.
 
 Invariant: nothing here blocks the event loop; observations are cut to `max_chars` (middle cut).
+HTTP tools share one keep-alive session per event loop, owned by the ToolBox; `close()` ends it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import inspect
 import json
 from pathlib import Path
 from typing import Any, Callable
+
+import aiohttp
 
 from ..runtime.scope import cut
 from ..runtime.services import ToolResult
@@ -27,6 +30,25 @@ class ToolBox:
     def __init__(self, search: list[Path] | None = None):
         self._search = list(search or [])
         self._fns: dict[str, Callable[..., Any] | ImportProblem] = {}
+        self._http: aiohttp.ClientSession | None = None
+        self._http_loop: asyncio.AbstractEventLoop | None = None
+
+    def _session(self) -> aiohttp.ClientSession:
+        loop = asyncio.get_running_loop()
+        if self._http is None or self._http.closed or self._http_loop is not loop:
+            # keep-alive shorter than common servers' 5 s, so an idle socket the server closed is not reused
+            self._http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=256, keepalive_timeout=4.0))
+            self._http_loop = loop
+        return self._http
+
+    async def close(self) -> None:
+        """Close the HTTP session of this event loop's tools (no-op if none was opened)."""
+        http, self._http, self._http_loop = self._http, None, None
+        if http is not None and not http.closed:
+            try:
+                await http.close()
+            except RuntimeError:  # opened in a loop that is gone
+                pass
 
     def _user(self, ref: str) -> Callable[..., Any] | ImportProblem:
         if ref not in self._fns:
@@ -49,7 +71,8 @@ class ToolBox:
         if tool == "python":
             return await run_python(str(args.get("code", "")), timeout=timeout, stdin=args.get("stdin"))
         if tool == "retrieve":
-            return await retrieve(args["url"], str(args["query"]), int(args.get("topk", 3)), timeout=timeout)
+            return await retrieve(args["url"], str(args["query"]), int(args.get("topk", 3)), timeout=timeout,
+                                  session=self._session())
         fn = self._user(tool)
         if isinstance(fn, ImportProblem):
             return ToolResult(f"[tool {tool} unavailable: {fn.message}]", ok=False, error=fn.message)

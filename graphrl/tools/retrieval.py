@@ -1,6 +1,8 @@
 """Retrieval client: a query -> numbered documents, over `POST /retrieve {queries: [q], topk}`.
 
-Input: the service URL, one query, topk, a timeout. Output: `ToolResult` whose text lists the
+Input: the service URL, one query, topk, a timeout, optionally the caller's pooled
+`aiohttp.ClientSession` (a `ToolBox` passes its own: keep-alive connections, no TCP handshake per
+call); without one, a session is opened for this call. Output: `ToolResult` whose text lists the
 documents as "Doc 1: ...". Connection problems and bad responses are observations (ok=False).
 """
 
@@ -9,6 +11,19 @@ from __future__ import annotations
 import aiohttp
 
 from ..runtime.services import ToolResult
+
+
+class _Failed(Exception):
+    def __init__(self, status: int):
+        self.status = status
+
+
+async def _post(session: aiohttp.ClientSession, endpoint: str, query: str, topk: int, timeout: float) -> object:
+    async with session.post(endpoint, json={"queries": [query], "topk": topk},
+                            timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+        if resp.status != 200:
+            raise _Failed(resp.status)
+        return await resp.json()
 
 
 def format_docs(docs: list) -> str:
@@ -24,14 +39,17 @@ def format_docs(docs: list) -> str:
     return "\n".join(lines) if lines else "No documents found."
 
 
-async def retrieve(url: str, query: str, topk: int = 3, *, timeout: float = 30.0) -> ToolResult:
+async def retrieve(url: str, query: str, topk: int = 3, *, timeout: float = 30.0,
+                   session: aiohttp.ClientSession | None = None) -> ToolResult:
     endpoint = url.rstrip("/") + ("" if url.rstrip("/").endswith("/retrieve") else "/retrieve")
     try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as s:
-            async with s.post(endpoint, json={"queries": [query], "topk": topk}) as resp:
-                if resp.status != 200:
-                    return ToolResult(f"[retrieval failed: HTTP {resp.status}]", ok=False, error=f"HTTP {resp.status}")
-                body = await resp.json()
+        if session is None:
+            async with aiohttp.ClientSession() as own:
+                body = await _post(own, endpoint, query, topk, timeout)
+        else:
+            body = await _post(session, endpoint, query, topk, timeout)
+    except _Failed as exc:
+        return ToolResult(f"[retrieval failed: HTTP {exc.status}]", ok=False, error=f"HTTP {exc.status}")
     except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
         return ToolResult(f"[retrieval failed: {type(exc).__name__}: {exc}]", ok=False, error=str(exc))
     result = body.get("result", body) if isinstance(body, dict) else body

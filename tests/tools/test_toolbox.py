@@ -171,3 +171,34 @@ def test_retrieve_failures_are_observations():
     res = asyncio.run(retrieve("http://127.0.0.1:9", "q", timeout=2))  # nothing listens on port 9
     assert not res.ok and "retrieval failed" in res.text
     assert format_docs([]) == "No documents found."
+
+
+def test_toolbox_retrieval_reuses_one_connection_and_close_ends_it():
+    service = RetrievalServiceForTests()
+    peers = []
+
+    async def handle(request):
+        peers.append(request.transport.get_extra_info("peername"))
+        return await service.handle(request)
+
+    app = web.Application()
+    app.router.add_post("/retrieve", handle)
+
+    async def main():
+        box = ToolBox()
+        async with serving(app) as url:
+            for q in ("a", "b", "c"):
+                res = await box.call("retrieve", {"url": url, "query": q, "topk": 1}, timeout=5, max_chars=None)
+                assert res.ok, res.text
+            session = box._session()
+            await box.close()
+            assert session.closed
+            # after close, the next call opens a new session (and a new connection)
+            res = await box.call("retrieve", {"url": url, "query": "d", "topk": 1}, timeout=5, max_chars=None)
+            assert res.ok
+            await box.close()
+
+    asyncio.run(main())
+    assert [b["queries"] for b in service.bodies] == [["a"], ["b"], ["c"], ["d"]]
+    assert len(set(peers[:3])) == 1, peers  # keep-alive: one client socket for the first three calls
+    assert peers[3] != peers[0]

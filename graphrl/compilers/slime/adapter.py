@@ -111,6 +111,8 @@ class SlimeTarget:
     async def close(self) -> None:
         """Close the engines' HTTP sessions (slime never does: its rollout process lives for the run)."""
         if self._wired is not None:
+            for ex in self._wired.executors.values():
+                await ex.close()
             await self._wired.endpoints.close()
 
     # ------------------------------------------------------------------ generate
