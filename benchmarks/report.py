@@ -103,11 +103,14 @@ def verdicts(merged: dict, overhead_budget_ms: float = 0.5, wall_budget: float =
         if c is None:
             continue
         ratio = g["wall_s"] / c["wall_s"]
+        extra = g["overhead_ms_per_call"] - c["overhead_ms_per_call"]  # what the framework adds per call
         out.append(f"{wf} c={conc}: wall {ratio:.3f}x careful [{'PASS' if ratio <= wall_budget else 'MISS'}]; "
                    f"CPU excl. tokenise {g['overhead_ms_per_call']:.3f} ms/call "
                    f"[{'PASS' if g['overhead_ms_per_call'] <= overhead_budget_ms else 'MISS'}] "
-                   f"(careful {c['overhead_ms_per_call']:.3f}, graphrl - careful "
-                   f"{g['overhead_ms_per_call'] - c['overhead_ms_per_call']:+.3f}); mismatches graphrl {g['mismatch_tokens']} / careful "
+                   f"(careful {c['overhead_ms_per_call']:.3f}); graphrl - careful "
+                   f"{extra:+.3f} ms/call [{'PASS' if extra <= overhead_budget_ms else 'MISS'}]; "
+                   f"total CPU {g['cpu_ms_per_call'] / c['cpu_ms_per_call']:.3f}x careful; "
+                   f"mismatches graphrl {g['mismatch_tokens']} / careful "
                    f"{c['mismatch_tokens']} / text {t['mismatch_tokens'] if t else 'n/a'} "
                    f"[{'PASS' if g['mismatch_tokens'] == 0 else 'MISS'}]; policy cache hit {g['policy_hit_rate']:.3f} vs "
                    f"{c['policy_hit_rate']:.3f} [{'PASS' if g['policy_hit_rate'] >= c['policy_hit_rate'] - 1e-12 else 'MISS'}]")

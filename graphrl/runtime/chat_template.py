@@ -8,7 +8,9 @@ add_generation_prompt=..., tokenize=False, **kwargs)` returns.
 Why not call `apply_chat_template` every time: it re-sanitises the whole conversation on every call
 (~100 us for a 20-message conversation); a thread renders once per LLM call, on the hot path.
 Here each message is made template-safe once, when it enters the thread (`template_message`), and
-rendering is a single call of the compiled template.
+rendering is a single call of the compiled template -- or, for graphrl's own ChatML template, of
+its byte-identical Python rendering (`chatml_native`), with Jinja as the fallback for any input that
+declines.
 
 Invariants: rendering is a pure function of (template, constants, messages, tools, variables);
 messages are never mutated; the compiled template is the one transformers compiles (same sandbox,
@@ -22,15 +24,25 @@ import json
 from datetime import datetime
 from typing import Any, Iterable, Mapping, Sequence
 
+from graphrl.runtime import chatml_native
+
 # Names a message's reasoning may be given under; templates read `reasoning_content` (Qwen3) or
 # `thinking` (gpt-oss). transformers copies the first one set under both names; so do we.
 _REASONING_KEYS = ("reasoning_content", "thinking", "reasoning")
 
+# The keyword arguments render() gives the template itself.
+_RENDER_ARGS = frozenset({"messages", "tools", "documents", "add_generation_prompt"})
+
 
 def plain(value: Any) -> Any:
     """A copy of `value` made only of JSON-like types (what a sandboxed template may see)."""
-    if value is None or type(value) in (str, int, float, bool):
+    t = type(value)
+    if value is None or t is str or t is int or t is float or t is bool:
         return value
+    if t is dict:  # the common containers first: exact types skip the slow typing.Mapping check
+        return {plain(k): plain(v) for k, v in value.items()}
+    if t is list:
+        return [plain(v) for v in value]
     if isinstance(value, str):
         return str.__str__(value)
     if isinstance(value, int):
@@ -119,25 +131,37 @@ def _own_environment() -> Any:
 class TemplateRenderer:
     """Renders conversations with one chat template and fixed constants (special tokens)."""
 
-    def __init__(self, source: str, constants: Mapping[str, Any] | None = None):
+    def __init__(self, source: str, constants: Mapping[str, Any] | None = None, *, native: bool = True):
+        """`native=False` always renders with Jinja (the reference path)."""
         if not source:
             raise ValueError("the tokenizer has no chat template")
         self.source = source
         self._compiled = compile_template(source)
         self._constants = plain(dict(constants or {}))
+        # graphrl's own ChatML template is also rendered in Python (chatml_native), byte-identical and
+        # >10x faster; it reads no constants, but constants that clash with render()'s own keyword
+        # arguments (or are not names) make the Jinja call raise, so those keep the Jinja path.
+        self.native: bool = (bool(native) and chatml_native.renders(source)
+                             and all(type(k) is str and k not in _RENDER_ARGS for k in self._constants))
 
     @classmethod
-    def for_tokenizer(cls, tokenizer: Any, chat_template: str | None = None) -> "TemplateRenderer":
+    def for_tokenizer(cls, tokenizer: Any, chat_template: str | None = None, *,
+                      native: bool = True) -> "TemplateRenderer":
         source = chat_template or getattr(tokenizer, "chat_template", None)
         if isinstance(source, Mapping):  # named templates: the default one, as transformers does
             source = source.get("default")
         if not source:
             raise ValueError(f"{type(tokenizer).__name__} has no chat template; pass chat_template=")
-        return cls(source, getattr(tokenizer, "special_tokens_map", {}))
+        return cls(source, getattr(tokenizer, "special_tokens_map", {}), native=native)
 
     def render(self, messages: Iterable[Mapping[str, Any]], *, tools: list[dict] | None = None,
                add_generation_prompt: bool, variables: Mapping[str, Any] | None = None) -> str:
         """Render messages already passed through `template_message` (plain data)."""
+        messages = list(messages)
+        if self.native and not variables:
+            text = chatml_native.render_chatml(messages, tools, add_generation_prompt)
+            if text is not None:
+                return text  # else: an input the native renderer declines; Jinja is the reference
         kwargs = {**self._constants, **(variables or {})}
-        return self._compiled.render(messages=list(messages), tools=tools, documents=None,
+        return self._compiled.render(messages=messages, tools=tools, documents=None,
                                      add_generation_prompt=add_generation_prompt, **kwargs)
