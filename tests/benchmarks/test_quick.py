@@ -22,6 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.audit import audit_samples, request_stats  # noqa: E402
+from benchmarks.report import verdicts  # noqa: E402
 from benchmarks.sample import Sample  # noqa: E402
 
 
@@ -36,6 +37,8 @@ def quick(tmp_path_factory) -> dict:
                            "--build-dir", str(build)], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
     assert "## Targets" in done.stdout
+    # every HTTP session (graphrl's engines and tools, the baselines') is closed before its loop ends
+    assert "Unclosed client session" not in done.stderr, done.stderr[-2000:]
     return json.loads(out.read_text())
 
 
@@ -125,3 +128,23 @@ def test_request_stats_hit_rate_and_digests():
     assert st["calls"] == 2 and st["prompt_tokens"] == 150 and st["hit_rate"] == pytest.approx(100 / 150)
     assert st["policy"]["hit_rate"] == pytest.approx(0.6)
     assert request_stats(logs)["prompt_digest"] == st["prompt_digest"]
+
+
+def _row(wall, overhead, cpu, mismatches, hit):
+    return {"wall_s": wall, "overhead_ms_per_call": overhead, "cpu_ms_per_call": cpu,
+            "mismatch_tokens": mismatches, "policy_hit_rate": hit}
+
+
+def test_verdicts_judge_each_target_against_the_careful_baseline():
+    merged = {("wf", 64, "careful"): _row(10.0, 0.7, 1.5, 0, 0.8),
+              ("wf", 64, "text"): _row(11.0, 0.8, 2.5, 17, 0.7),
+              ("wf", 64, "graphrl"): _row(10.1, 1.1, 1.8, 0, 0.8),
+              ("wf", 512, "careful"): _row(10.0, 0.3, 1.0, 0, 0.9),
+              ("wf", 512, "graphrl"): _row(10.5, 0.45, 1.1, 2, 0.85)}
+    ok, bad = verdicts(merged)
+    assert ok.startswith("wf c=64: wall 1.010x careful [PASS]")
+    assert "CPU excl. tokenise 1.100 ms/call [MISS]" in ok and "graphrl - careful +0.400 ms/call [PASS]" in ok
+    assert "total CPU 1.200x careful" in ok and "text 17 [PASS]" in ok and "0.800 vs 0.800 [PASS]" in ok
+    assert bad.startswith("wf c=512: wall 1.050x careful [MISS]")
+    assert "CPU excl. tokenise 0.450 ms/call [PASS]" in bad and "text n/a [MISS]" in bad
+    assert "0.850 vs 0.900 [MISS]" in bad
