@@ -11,6 +11,7 @@ declaration (overwrite / append / keyed) and its truncation limits.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable
 
 from jinja2 import Undefined
@@ -84,7 +85,52 @@ class Renderer:
         return self._run(path, text, "expr", ctx)
 
 
+# `name` or `name.attr.attr`: the most common graph template by far ({{ problem }}, {{ output.text }})
+_PATH = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*(?:\s*\.\s*[A-Za-z_][A-Za-z0-9_]*)*)\s*")
+_LITERALS = frozenset({"true", "false", "none", "True", "False", "None"})
+_MISSING = object()
+
+
+def _path_lookup(expr: str, slow: Callable[[dict], Any], text: bool) -> Callable[[dict], Any] | None:
+    """A plain variable or dotted path evaluated by dict lookups, exactly as Jinja does it: a name is
+    the ctx value (ctx wins over globals); `.attr` on a dict (or NodeResult) whose type has no such
+    attribute is the item. Anything else -- a missing name or key, another type, a globals name --
+    goes to `slow` (the compiled Jinja), which gives the same value or raises the same error."""
+    m = _PATH.fullmatch(expr)
+    if m is None:
+        return None
+    head, *attrs = [part.strip() for part in m.group(1).split(".")]
+    if head in _LITERALS or any(hasattr(dict, a) or hasattr(NodeResult, a) for a in attrs):
+        return None
+
+    def lookup(ctx: dict) -> Any:
+        obj = ctx.get(head, _MISSING)
+        if obj is _MISSING:
+            return slow(ctx)
+        for a in attrs:
+            t = type(obj)
+            if (t is dict or t is NodeResult) and a in obj:
+                obj = obj[a]
+            else:
+                return slow(ctx)
+        return (obj if type(obj) is str else str(obj)) if text else obj
+    return lookup
+
+
 def _fast(env: Any, text: str, mode: str) -> Callable[[dict], Any] | None:
+    fn = _fast_jinja(env, text, mode)
+    if fn is None:
+        return None
+    if mode == "text":
+        m = re.fullmatch(r"\{\{(.*)\}\}", text, re.S)  # exactly one output, no text around it
+        return (_path_lookup(m.group(1), fn, text=True) if m and "}}" not in m.group(1) and "{{" not in m.group(1)
+                else None) or fn
+    m = _SINGLE_EXPR.match(text) if mode == "native" else None
+    expr = m.group(1) if m else (text if mode == "expr" else None)
+    return (_path_lookup(expr, fn, text=False) if expr is not None else None) or fn
+
+
+def _fast_jinja(env: Any, text: str, mode: str) -> Callable[[dict], Any] | None:
     """The same compiled template or expression, run on one merged dict (environment globals +
     ctx, Jinja's `shared` context) instead of the two or three copies `Template.render` and
     `TemplateExpression.__call__` make: a few dozen microseconds per graph template or condition,

@@ -197,3 +197,51 @@ def test_mutable_state_defaults_are_fresh_per_rollout(kit):
     assert one.state["memory"] == {"k1": "r0"}
     assert two.state["memory"] == {"k1": "r1"}
     assert plan.state["memory"].default == {}
+
+
+# ---------------------------------------------------------------- the dotted-path fast path
+
+
+class _Attr:
+    text = "attribute, not item"
+
+
+_PATH_CTX = {"q": "what?", "n": 3, "none": None, "d": {"a": {"b": [1, 2]}, "items": "shadowed"},
+             "out": NodeResult(text="hello", ok=True, calls=[{"name": "x"}]), "obj": _Attr(),
+             "sub": type("D", (dict,), {})(text="a dict subclass"), "range": "ctx wins over globals"}
+_PATH_TEMPLATES = ["{{ q }}", "{{ n }}", "{{ none }}", "{{ d.a }}", "{{ d.a.b }}", "{{ d . a }}", "{{ out }}",
+                   "{{ out.text }}", "{{ out.ok }}", "{{ out.calls }}", "{{ obj.text }}", "{{ sub.text }}",
+                   "{{ range }}", "{{ d.items }}", " {{ q }}", "{{ q }}\n", "{{ true }}", "{{ None }}"]
+
+
+@pytest.mark.parametrize("template", _PATH_TEMPLATES)
+@pytest.mark.parametrize("mode", ["text", "native", "expr"])
+def test_dotted_path_fast_path_matches_jinja(kit, template, mode):
+    from graphrl.runtime import scope
+
+    fast = Renderer(kit.plan(MINIMAL))
+    slow = Renderer(kit.plan(MINIMAL))
+    slow._compiled = lambda text, m: (scope._fast_jinja(slow.env, text, m) or pytest.fail("no Jinja path"))
+    source = template.strip()[2:-2] if mode == "expr" else template
+    got, want = (fast._run(("nodes", "a"), source, mode, dict(_PATH_CTX)),
+                 slow._run(("nodes", "a"), source, mode, dict(_PATH_CTX)))
+    assert got == want and type(got) is type(want)
+
+
+@pytest.mark.parametrize("template", ["{{ missing }}", "{{ d.nope }}", "{{ out.nope }}", "{{ n.x }}"])
+def test_dotted_path_fast_path_fails_like_jinja(kit, template):
+    render = Renderer(kit.plan(MINIMAL))
+    for mode in ("text", "native"):
+        with pytest.raises(RenderError, match="undefined value"):
+            render._run(("nodes", "a"), template, mode, dict(_PATH_CTX))
+
+
+def test_dotted_path_fast_path_is_taken_for_paths_only(kit):
+    from graphrl.runtime import scope
+
+    slow = lambda ctx: "jinja"  # noqa: E731
+    assert scope._path_lookup(" out.text ", slow, text=False)({"out": NodeResult(text="t")}) == "t"
+    assert scope._path_lookup("out.text", slow, text=False)({}) == "jinja"  # missing: Jinja decides
+    assert scope._path_lookup("d.items", slow, text=False) is None  # a dict method name: Jinja's getattr wins
+    for expr in ("a + 1", "a[0]", "a | trim", "true", "a.b()", "'x'"):
+        assert scope._path_lookup(expr, slow, text=False) is None
