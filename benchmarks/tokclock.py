@@ -37,26 +37,21 @@ class _TimedBackend:
     def __init__(self, inner: Any, clock: _Clock):
         self._inner, self._clock = inner, clock
 
-    def encode(self, *a: Any, **k: Any) -> Any:
+    def _timed(self, method: str, add: Any, a: tuple, k: dict) -> Any:
         t = time.thread_time()
         try:
-            return self._inner.encode(*a, **k)
+            return getattr(self._inner, method)(*a, **k)
         finally:
-            self._clock.add(time.thread_time() - t)
+            add(time.thread_time() - t)
+
+    def encode(self, *a: Any, **k: Any) -> Any:
+        return self._timed("encode", self._clock.add, a, k)
 
     def encode_batch(self, *a: Any, **k: Any) -> Any:
-        t = time.thread_time()
-        try:
-            return self._inner.encode_batch(*a, **k)
-        finally:
-            self._clock.add(time.thread_time() - t)
+        return self._timed("encode_batch", self._clock.add, a, k)
 
     def decode(self, *a: Any, **k: Any) -> Any:
-        t = time.thread_time()
-        try:
-            return self._inner.decode(*a, **k)
-        finally:
-            self._clock.add_decode(time.thread_time() - t)
+        return self._timed("decode", self._clock.add_decode, a, k)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)

@@ -123,8 +123,7 @@ def _fast(env: Any, text: str, mode: str) -> Callable[[dict], Any] | None:
         return None
     if mode == "text":
         m = re.fullmatch(r"\{\{(.*)\}\}", text, re.S)  # exactly one output, no text around it
-        return (_path_lookup(m.group(1), fn, text=True) if m and "}}" not in m.group(1) and "{{" not in m.group(1)
-                else None) or fn
+        return (_path_lookup(m.group(1), fn, text=True) if m else None) or fn
     m = _SINGLE_EXPR.match(text) if mode == "native" else None
     expr = m.group(1) if m else (text if mode == "expr" else None)
     return (_path_lookup(expr, fn, text=False) if expr is not None else None) or fn

@@ -13,17 +13,12 @@ import aiohttp
 from ..runtime.services import ToolResult
 
 
-class _Failed(Exception):
-    def __init__(self, status: int):
-        self.status = status
-
-
-async def _post(session: aiohttp.ClientSession, endpoint: str, query: str, topk: int, timeout: float) -> object:
+async def _post(session: aiohttp.ClientSession, endpoint: str, query: str, topk: int,
+                timeout: float) -> tuple[int, object]:
+    """(HTTP status, the decoded JSON body; None unless the status is 200)."""
     async with session.post(endpoint, json={"queries": [query], "topk": topk},
                             timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
-        if resp.status != 200:
-            raise _Failed(resp.status)
-        return await resp.json()
+        return resp.status, (await resp.json() if resp.status == 200 else None)
 
 
 def format_docs(docs: list) -> str:
@@ -45,13 +40,13 @@ async def retrieve(url: str, query: str, topk: int = 3, *, timeout: float = 30.0
     try:
         if session is None:
             async with aiohttp.ClientSession() as own:
-                body = await _post(own, endpoint, query, topk, timeout)
+                status, body = await _post(own, endpoint, query, topk, timeout)
         else:
-            body = await _post(session, endpoint, query, topk, timeout)
-    except _Failed as exc:
-        return ToolResult(f"[retrieval failed: HTTP {exc.status}]", ok=False, error=f"HTTP {exc.status}")
+            status, body = await _post(session, endpoint, query, topk, timeout)
     except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
         return ToolResult(f"[retrieval failed: {type(exc).__name__}: {exc}]", ok=False, error=str(exc))
+    if status != 200:
+        return ToolResult(f"[retrieval failed: HTTP {status}]", ok=False, error=f"HTTP {status}")
     result = body.get("result", body) if isinstance(body, dict) else body
     docs = result[0] if isinstance(result, list) and result and isinstance(result[0], list) else result
     return ToolResult(format_docs(docs if isinstance(docs, list) else []))
