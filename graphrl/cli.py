@@ -127,7 +127,7 @@ def compile_(graph: str, out_dir: str, as_json: bool) -> None:
       graphrl compile graphs/memagent.yaml -o build/memagent
     """
     from .compilers.checks import check_file
-    from .compilers.plan import lower
+    from .compilers.lower import lower
     from .spec.diagnostics import has_errors
 
     g, diags = check_file(graph)

@@ -51,7 +51,7 @@ DEMO_RUNS = (  # the longest first, so that two at a time finish together
 def compile_all(graphs_dir: Path, out_dir: Path, echo: Callable[[str], None]) -> tuple[dict[str, Any], list]:
     """Check every graph; compile the valid ones to OUT/<name>/. Returns (plans by name, diagnostics)."""
     from .compilers.checks import check_file
-    from .compilers.plan import lower
+    from .compilers.lower import lower
     from .compilers.slime.emit import write_slime_target
     from .spec.diagnostics import has_errors
 

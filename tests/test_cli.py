@@ -21,7 +21,7 @@ from click.testing import CliRunner
 import graphrl.compilers.checks as checks_mod
 from graphrl import __version__
 from graphrl.cli import EXIT_BUG, EXIT_INVALID, EXIT_MISSING_DEP, EXIT_OK, EXIT_USAGE, MissingDependency, main
-from graphrl.compilers.plan import PLAN_FORMAT, load_plan
+from graphrl.plan import PLAN_FORMAT, load_plan
 
 REPO = Path(__file__).resolve().parents[1]
 GRAPHS = sorted((REPO / "graphs").glob("*.yaml"))

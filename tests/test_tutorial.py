@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from graphrl.compilers.checks import check_file
-from graphrl.compilers.plan import plan_from_path
+from graphrl.compilers.lower import plan_from_path
 from graphrl.engines.base import FinishReason
 from graphrl.engines.scripted import Scripted, ScriptedEngineForTests
 from graphrl.models.tokenizer import QWEN_TOKEN_IDS, qwen_tokenizer

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from ..compilers.plan import Plan
+from ..plan import Plan
 from ..runtime.chat import ChatRenderer
 from ..runtime.services import StaticEndpoints
 from ..spec.model import POLICY

@@ -25,7 +25,7 @@ import inspect
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from ..compilers.plan import Plan
+from ..plan import Plan
 from ..runtime.executor import RolloutResult, usage
 from ..runtime.runner import regroup_credit
 from ..runtime.scope import Renderer

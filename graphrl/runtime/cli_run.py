@@ -76,7 +76,7 @@ def run_command(graph, data, out_path, engine, model, url, tokenizer, endpoints,
           --metadata retrieval_url=http://127.0.0.1:8000 --max-new-tokens-cap 64
     """
     from ..cli import _report
-    from ..compilers.plan import plan_from_path
+    from ..compilers.lower import plan_from_path
 
     plan, diags = plan_from_path(graph)
     if plan is None:

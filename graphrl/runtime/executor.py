@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from ..compilers.plan import Plan
+from ..plan import Plan
 from ..engines.base import EngineError, Generation
 from ..spec.model import ABORT, END, POLICY, LLMNode, SwitchNode, ToolNode
 from .chat import ChatThread, NotAppendOnlyError

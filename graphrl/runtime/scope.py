@@ -17,7 +17,7 @@ from typing import Any, Callable
 from jinja2 import Undefined
 from jinja2.exceptions import TemplateError, TemplateSyntaxError, UndefinedError
 
-from ..compilers.plan import Plan
+from ..plan import Plan
 from ..spec.jinja import _SINGLE_EXPR, compile_expression, compile_template, make_env
 from ..spec.model import StateVar
 

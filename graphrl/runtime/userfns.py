@@ -10,7 +10,7 @@ import functools
 from pathlib import Path
 from typing import Any, Callable
 
-from ..compilers.plan import Plan
+from ..plan import Plan
 from ..spec.imports import ImportProblem, resolve_callable
 from .scope import RenderError
 

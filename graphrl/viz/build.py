@@ -72,7 +72,7 @@ def output_format(out: str | None, fmt: str, kind: str) -> str:
 def load_plan(path: Path):
     from pydantic import ValidationError
 
-    from ..compilers.plan import plan_from_path
+    from ..compilers.lower import plan_from_path
 
     try:
         plan, diags = plan_from_path(path)

@@ -1,6 +1,6 @@
 """Plan -> Diagram: what a graph picture shows, independent of how it is drawn.
 
-Input: a lowered `Plan` (from a graph YAML or a plan.json, see `compilers.plan.plan_from_path`), or,
+Input: a lowered `Plan` (from a graph YAML or a plan.json, see `compilers.lower.plan_from_path`), or,
 when no graph file is at hand, the node paths a trajectory took (`diagram_from_paths`).
 Output: a frozen `Diagram`: nodes with their kind (llm, tool, switch, update, start, end, abort), their
 training role and detail lines (model endpoint, thread, bounds), and edges labelled with how they are

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from graphrl.compilers.checks import check_file
-from graphrl.compilers.plan import PLAN_FORMAT, load_plan, lower, plan_json
+from graphrl.compilers.lower import lower
+from graphrl.plan import PLAN_FORMAT, load_plan, plan_json
 from graphrl.spec.diagnostics import has_errors
 
 REPO = Path(__file__).resolve().parents[2]

@@ -115,7 +115,7 @@ def test_bundled_data_files_are_small_and_well_formed():
         assert rows
     math_rows = [json.loads(x) for x in (REPO / "data" / "math.jsonl").read_text().splitlines()]
     assert len(math_rows) >= 5 and all(set(r) == {"prompt", "label"} for r in math_rows)
-    from graphrl.compilers.plan import plan_from_path
+    from graphrl.compilers.lower import plan_from_path
 
     plan, _ = plan_from_path(REPO / "graphs" / "toolorchestra.yaml")
     for line in (REPO / "data" / "toolorchestra.jsonl").read_text().splitlines():

@@ -38,7 +38,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from aiohttp import web
 
-from graphrl.compilers.plan import plan_from_path
+from graphrl.compilers.lower import plan_from_path
 from graphrl.engines.server import serving
 from graphrl.models.tokenizer import QWEN_TOKEN_IDS
 from graphrl.runtime.ledger import STATUSES, TrainingSample

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from graphrl.compilers.plan import plan_from_path
+from graphrl.compilers.lower import plan_from_path
 from graphrl.rewards.group import GroupScores, oriented_features, preference
 from graphrl.rewards.group_run import group_reward_hook, scalar
 from graphrl.runtime.executor import RolloutResult

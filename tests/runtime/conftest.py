@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping
 
 import pytest
 
-from graphrl.compilers.plan import plan_from_path
+from graphrl.compilers.lower import plan_from_path
 from graphrl.engines.base import FinishReason
 from graphrl.engines.scripted import Scripted, ScriptedEngineForTests
 from graphrl.models.tokenizer import QWEN_TOKEN_IDS, qwen_tokenizer

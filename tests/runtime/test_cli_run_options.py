@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 import pytest
 
-from graphrl.compilers.plan import plan_from_path
+from graphrl.compilers.lower import plan_from_path
 from graphrl.runtime.cli_run import _metadata, cap_max_tokens
 from graphrl.spec.model import LLMNode
 

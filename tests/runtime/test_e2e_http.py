@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from graphrl.compilers.plan import plan_from_path  # noqa: E402
+from graphrl.compilers.lower import plan_from_path  # noqa: E402
 from graphrl.engines.factory import build_endpoints  # noqa: E402
 from graphrl.rewards.scorer import RewardBox  # noqa: E402
 from graphrl.runtime.executor import Executor  # noqa: E402

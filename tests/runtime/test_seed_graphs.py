@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from graphrl.compilers.plan import plan_from_path
+from graphrl.compilers.lower import plan_from_path
 from graphrl.runtime.ledger import check_fanout
 from graphrl.tools.registry import ToolBox
 

@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from graphrl.compilers.plan import plan_from_path  # noqa: E402
+from graphrl.compilers.lower import plan_from_path  # noqa: E402
 from graphrl.demo import DEMO_RUNS, _data, _service  # noqa: E402
 from graphrl.runtime.cli_run import run_plan  # noqa: E402
 from graphrl.runtime.ledger import TrainingSample  # noqa: E402

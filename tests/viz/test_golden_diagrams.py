@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from graphrl.compilers.plan import plan_from_path
+from graphrl.compilers.lower import plan_from_path
 from graphrl.viz.diagram import diagram_from_plan
 from graphrl.viz.svg import render_svg
 from graphrl.viz.textgraph import to_dot, to_mermaid, to_text

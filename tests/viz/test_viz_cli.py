@@ -40,7 +40,8 @@ def test_graph_formats(run, tmp_path, ext, marker):
 
 
 def test_graph_from_a_compiled_plan_is_the_same_picture(run, tmp_path, repo):
-    from graphrl.compilers.plan import lower, plan_json
+    from graphrl.compilers.lower import lower
+    from graphrl.plan import plan_json
     from graphrl.compilers.checks import check_file
 
     g, _ = check_file("graphs/memagent.yaml")

@@ -21,7 +21,7 @@ FIXTURE_GRAPHS = REPO / "tests" / "fixtures" / "graphs"
 
 @functools.lru_cache(maxsize=None)
 def _run_once(base: str) -> Path:
-    from graphrl.compilers.plan import plan_from_path
+    from graphrl.compilers.lower import plan_from_path
     from graphrl.runtime.cli_run import run_plan
 
     if str(FIXTURE_GRAPHS) not in sys.path:

@@ -33,7 +33,7 @@ from typing import Any, Callable
 from ...runtime.executor import Executor, RolloutInput, RolloutResult, usage
 from ...runtime.ledger import TrainingSample
 from ...spec.model import POLICY
-from ..plan import Plan, load_plan
+from ...plan import Plan, load_plan
 from . import fill
 from .config import SlimeConfig, SlimeConfigError, from_args
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ...spec.model import POLICY
-from ..plan import Plan
+from ...plan import Plan
 
 _MISSING = object()
 

@@ -27,7 +27,7 @@ from typing import Mapping, Sequence, Union
 import yaml
 
 from ...spec.model import POLICY
-from ..plan import Plan, plan_json
+from ...plan import Plan, plan_json
 from .config import module_name
 
 __all__ = ["DEFAULT_TRAIN_ARGS", "Var", "module_name", "needs_sglang_config", "rollout_gpus", "slime_flags",

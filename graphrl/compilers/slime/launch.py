@@ -31,7 +31,7 @@ from pathlib import Path
 
 import click
 
-from ..plan import Plan
+from ...plan import Plan
 from .config import flag_problems, module_name
 from .emit import JOB_ADDRESS, needs_sglang_config, resolve, rollout_gpus, runtime_env, source_dir, train_command
 
@@ -175,7 +175,7 @@ def launch_command(graph, slime_args, slime_dir, hf_checkpoint, data, model_args
     """
     from ...cli import _report
     from ..checks import check_file
-    from ..plan import lower
+    from ..lower import lower
     from ...spec.diagnostics import has_errors
     from .emit import write_slime_target
 

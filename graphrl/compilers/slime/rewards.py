@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..plan import Plan
+from ...plan import Plan
 
 GROUP_ESTIMATORS = ("grpo", "gspo", "cispo", "reinforce_plus_plus_baseline")
 STD_ESTIMATORS = ("grpo", "gspo", "cispo")

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from graphrl.compilers.plan import plan_from_path
+from graphrl.compilers.lower import plan_from_path
 from graphrl.compilers.slime.adapter import SlimeTarget
 from graphrl.compilers.slime.emit import module_name, write_slime_target
 from graphrl.engines.base import FinishReason

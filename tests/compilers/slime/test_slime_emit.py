@@ -21,7 +21,8 @@ import pytest
 import yaml
 from slime_testkit import GRAPHS, REPO
 
-from graphrl.compilers.plan import load_plan, plan_from_path
+from graphrl.compilers.lower import plan_from_path
+from graphrl.plan import load_plan
 from graphrl.compilers.slime.adapter import SlimeTarget
 from graphrl.compilers.slime.emit import (
     DEFAULT_TRAIN_ARGS, module_name, rollout_gpus, slime_flags, write_slime_target,

@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from slime_testkit import REPO
 
 from graphrl.cli import EXIT_MISSING_DEP, EXIT_USAGE, main
-from graphrl.compilers.plan import plan_from_path
+from graphrl.compilers.lower import plan_from_path
 from graphrl.compilers.slime.emit import DEFAULT_TRAIN_ARGS, slime_flags
 
 FAKE_RAY = '''#!{python}

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 from slime_standin import ArgsStandIn, SampleStandIn
 
-from graphrl.compilers.plan import plan_from_path
+from graphrl.compilers.lower import plan_from_path
 from graphrl.compilers.slime.rewards import post_process
 
 torch = pytest.importorskip("torch")
@@ -121,7 +121,7 @@ def _orchestra_rollout(group, rid, correct, cost, latency, expert_calls, n_turns
 def test_toolorchestra_preference_group_reward():
     """The bundled ToolOrchestra graph: preference over each prompt group (graphrl.rewards.group), from
     the rollouts' correctness, usage and state stored by generate, then per-group normalisation."""
-    from graphrl.compilers.plan import plan_from_path as load
+    from graphrl.compilers.lower import plan_from_path as load
     from graphrl.rewards.group import oriented_features, preference
 
     plan, _ = load("graphs/toolorchestra.yaml")

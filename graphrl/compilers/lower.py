@@ -1,86 +1,28 @@
-"""Lowering: a checked `Graph` -> the frozen, self-contained execution plan (the "lockfile").
+"""Lowering: a checked `Graph` -> the frozen, self-contained execution plan (`graphrl.plan.Plan`).
 
-Input: a `Graph` that passed `run_checks` with no errors.
-Output: `Plan` (frozen pydantic model) and its canonical JSON text (`plan_json`).
+Input: a `Graph` that passed `run_checks` with no errors (or a path: `plan_from_path`).
+Output: `Plan`; its invariants (self-contained, resolved, deterministic, located) are listed in
+`graphrl.plan` and established here.
 
-Invariants:
-- self-contained: template files are inlined, each listed under `templates` with its sha256;
-- resolved: every default the runtime would apply (train, sample, max_tokens, edges) is explicit;
-- deterministic: the same inputs (files and the working directory they are named from) give
-  byte-identical JSON; keys are emitted in a fixed order, floats and paths normalised;
-- located: `spans` maps each value's dotted path to file:line:col so runtime errors point at YAML.
+Invariants: the same inputs (files and the working directory they are named from) give the same
+plan; paths are normalised relative to the working directory.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from pathlib import Path
-from typing import Annotated, Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any
 
 from .. import __version__
+from ..plan import Plan, TemplateFile, Training, load_plan
+from ..spec.diagnostics import Diagnostic, has_errors
 from ..spec.load import Graph
-from ..spec.model import (
-    POLICY, GraphSpec, InputDecl, Limits, LLMNode, ModelDecl, Reward, SlimeSettings, StateVar, SwitchNode,
-    Thread, ToolNode, UpdateNode,
-)
+from ..spec.model import POLICY, Branch, GraphSpec, LLMNode, ModelDecl, Thread
+from .checks import check_file
 from .checks.training import DEFAULT_MAX_TOKENS, sample_layout
 from .flow import build_flow
-
-PLAN_FORMAT = "graphrl.plan/1"
-
-PlanNode = Annotated[LLMNode | ToolNode | SwitchNode | UpdateNode, Field(discriminator="kind")]
-
-
-class TemplateFile(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    sha256: str
-    lines: int
-
-
-class Training(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    per_call: tuple[str, ...]  # nodes whose every call is its own training sample
-    threads: tuple[str, ...]  # threads that form one training sample each
-    fanout: bool  # a rollout can yield several samples (list[Sample] for slime)
-    trained_nodes: tuple[str, ...]
-
-
-class Plan(BaseModel):
-    """The frozen execution plan; `graphrl run` and the slime target execute exactly this."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
-    format: Literal["graphrl.plan/1"] = PLAN_FORMAT
-    graphrl_version: str
-    name: str
-    description: str | None = None
-    source: dict[str, str]
-    start: str
-    models: dict[str, ModelDecl]
-    inputs: dict[str, InputDecl]
-    state: dict[str, StateVar]
-    threads: dict[str, Thread]
-    nodes: dict[str, PlanNode]
-    reward: Reward | None = None
-    limits: Limits
-    slime: SlimeSettings
-    training: Training
-    templates: dict[str, TemplateFile]
-    spans: dict[str, str]
-
-    def span(self, *path: Any) -> str | None:
-        """file:line:col of the value at `path` (or its nearest located ancestor)."""
-        parts = [str(p) for p in path]
-        while parts:
-            hit = self.spans.get(".".join(parts))
-            if hit:
-                return hit
-            parts.pop()
-        return self.source.get("file")
-
 
 def _rel(path: str) -> str:
     try:
@@ -117,8 +59,6 @@ def _resolve_node(g: Graph, nid: str, inlined: dict[tuple, str]) -> Any:
         update = {"train": n.trained, "sample": n.sample_mode,
                   "max_tokens": n.max_tokens or g.spec.limits.max_tokens or DEFAULT_MAX_TOKENS}
     if getattr(n, "next", "absent") is None:
-        from ..spec.model import Branch
-
         update["next"] = [Branch(goto="end")]
     if (n.max_visits or n.token_budget) and n.on_limit is None:
         update["on_limit"] = "end"
@@ -176,21 +116,8 @@ def lower(g: Graph) -> Plan:
     )
 
 
-def plan_json(plan: Plan) -> str:
-    """Canonical JSON: fixed key order, 2-space indent, UTF-8, trailing newline."""
-    data = plan.model_dump(mode="json", by_alias=True, exclude_none=True)
-    return json.dumps(data, indent=2, ensure_ascii=False, sort_keys=False) + "\n"
-
-
-def load_plan(path: str | Path) -> Plan:
-    return Plan.model_validate_json(Path(path).read_text(encoding="utf-8"))
-
-
-def plan_from_path(path: str | Path):
+def plan_from_path(path: str | Path) -> tuple[Plan | None, list[Diagnostic]]:
     """A graph YAML (checked and lowered) or a compiled plan.json -> (Plan | None, diagnostics)."""
-    from ..spec.diagnostics import has_errors
-    from .checks import check_file
-
     if str(path).endswith(".json"):
         return load_plan(path), []
     g, diags = check_file(path)
