@@ -1,5 +1,5 @@
 """A stand-in for slime's `Sample` (slime.utils.types.Sample): the field names slime's rollout code
-passes to and reads back from a custom generate function (slime-contract.md §1), nothing more.
+passes to and reads back from a custom generate function (docs/architecture.md, slime contract §1), nothing more.
 
 `samples_for(rows, n_samples)` builds what slime's data loader hands over: one Sample per rollout,
 `index` unique, `group_index` per prompt, a `session_id` per sample, status PENDING.

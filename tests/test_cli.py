@@ -255,12 +255,9 @@ def test_demo_checks_and_compiles_every_bundled_graph(tmp_path: Path, monkeypatc
         runs.append(plan.name)
         return Summary()
 
-    try:
-        import graphrl.runtime.cli_run as cli_run
-    except ImportError:
-        cli_run = None
-    if cli_run is not None and hasattr(cli_run, "run_plan"):
-        monkeypatch.setattr(cli_run, "run_plan", fake_run_plan)
+    import graphrl.app.demo as app_demo
+
+    monkeypatch.setattr(app_demo, "run_plan", fake_run_plan)
     r = cli("demo", "--out", str(tmp_path))
     assert r.exit_code == 0, r.stderr
     for g in GRAPHS:
@@ -301,12 +298,18 @@ def test_demo_without_graphs_is_a_usage_error(tmp_path: Path):
 # ---------------------------------------------------------------- help
 
 
+def _all_commands() -> dict:
+    ctx = click.Context(main)
+    return {name: main.get_command(ctx, name) for name in main.list_commands(ctx)}
+
+
 def _commands():
-    return sorted(main.commands)
+    return sorted(_all_commands())
 
 
 def test_there_are_the_core_commands():
-    assert {"check", "compile", "schema", "demo"} <= set(main.commands)
+    assert {"check", "compile", "schema", "demo", "run", "visualize", "launch", "serve", "serve-retrieval",
+            "models"} <= set(_all_commands())
 
 
 @pytest.mark.parametrize("command", [None, *_commands()])
@@ -319,7 +322,7 @@ def test_every_command_has_help_with_an_example(command):
 def test_every_group_subcommand_has_help_with_an_example():
     """Nested groups (e.g. `graphrl models ...`) too."""
     missing = []
-    for name, cmd in main.commands.items():
+    for name, cmd in _all_commands().items():
         if isinstance(cmd, click.Group):
             for sub in cmd.commands:
                 r = cli(name, sub, "--help")
@@ -354,7 +357,7 @@ def test_internal_error_with_debug_reraises(monkeypatch):
 
 
 def _missing_cli():
-    raise MissingDependency("the frobnicator", "pip install frobnicator")
+    raise MissingDependency("frobnicator", "the frobnicator", "pip install frobnicator")
 
 
 def _missing_models():
@@ -378,6 +381,26 @@ def test_missing_optional_dependency_exits_4_with_install_command(monkeypatch, r
     assert r.exit_code == 4
     assert install in r.stderr
     assert "Traceback" not in r.stdout + r.stderr
+
+
+def test_a_command_whose_module_fails_to_import_is_listed_and_says_why(monkeypatch):
+    import graphrl.cli as cli_pkg
+
+    monkeypatch.setitem(cli_pkg.COMMANDS, "broken", "graphrl.cli.no_such_module:command")
+    listed = CliRunner().invoke(main, ["--help"])
+    assert "broken" in listed.stdout
+    r = CliRunner().invoke(main, ["broken", "--anything"])
+    assert r.exit_code == 4
+    assert "graphrl broken" in r.stderr and "no_such_module" in r.stderr
+    assert "Traceback" not in r.stdout + r.stderr
+
+
+def test_every_registered_command_imports():
+    import graphrl.cli as cli_pkg
+
+    for name in cli_pkg.COMMANDS:
+        cmd = main.get_command(click.Context(main), name)
+        assert cmd is not None and "unavailable" not in (cmd.help or ""), name
 
 
 # ---------------------------------------------------------------- the real entry point

@@ -1,6 +1,6 @@
 """An SGLang-protocol HTTP server over any Engine: SGLang `/generate` requests -> Engine.generate.
 
-Input: JSON requests in SGLang's native shape (slime-contract.md §4). Output: SGLang-shaped
+Input: JSON requests in SGLang's native shape (docs/architecture.md, slime contract §4). Output: SGLang-shaped
 responses, so `SGLangEngine`, slime's rollout code and SGLang tooling talk to a laptop model exactly
 as to a GPU server. Endpoints: POST /generate, POST /abort_request, GET /health (+ /health_generate),
 GET /get_model_info, GET /get_weight_version, POST|GET /flush_cache.

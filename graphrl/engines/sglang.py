@@ -4,7 +4,7 @@ Input: prompt token ids, SGLang sampling params (`sampling_seed` travels inside 
 expects), an optional session id. Output: a `Generation` whose ids and log-probs are read from
 `meta_info.output_token_logprobs` ([logprob, token_id, text]), the engine's ground truth.
 
-Wire (slime-contract.md §4): `POST {url}/generate` with `input_ids`, `sampling_params`,
+Wire (docs/architecture.md, slime contract §4): `POST {url}/generate` with `input_ids`, `sampling_params`,
 `return_logprob: true` and a fresh `rid`; header `X-SMG-Routing-Key: <session_id>` when a session id
 is given, so consistent-hashing routers keep a conversation on one worker (prefix-cache hits).
 

@@ -9,7 +9,7 @@ rollouts run concurrently on one event loop). llm nodes render a fresh prompt or
 append-only thread (`ChatThread`); their engine output ids go into training samples verbatim
 (`SampleBuilder`): per call (`sample: call`), per thread (`sample: thread`) or nowhere.
 
-Invariants (DESIGN.md): sample tokens are exactly the ids sent to and returned by the engine;
+Invariants (docs/architecture.md): sample tokens are exactly the ids sent to and returned by the engine;
 only new text is tokenised; masks are 1 only on generated tokens of trained nodes; every sample of
 one rollout carries the rollout's id; a fault (engine error, render error, drift, timeout) ends
 this rollout with a status and an error message, keeping every sample already built; after an

@@ -5,7 +5,7 @@ the node and visit that produced it, its kind and its loss mask; the LLM calls m
 Output: a frozen `TrainingSample` (tokens = prompt ++ response, response_length, loss_mask,
 rollout_log_probs, spans, calls) with a JSON form for trajectory files.
 
-Invariants (DESIGN.md 1, 2, 5; checked on every append, again by `TrainingSample.check_invariants`):
+Invariants (docs/architecture.md invariants 1, 2, 5; checked on every append, again by `TrainingSample.check_invariants`):
   * tokens are exactly the prompt ids followed by the appended ids, in order (nothing re-tokenised
     or edited here: the ledger only appends);
   * len(loss_mask) == response_length == len(rollout_log_probs); prompt and response >= 1 token
@@ -14,7 +14,7 @@ Invariants (DESIGN.md 1, 2, 5; checked on every append, again by `TrainingSample
     engine's log-probs, one per token; every masked token has log-prob 0.0;
   * spans (node, visit, start, end, mask, kind) cover the response exactly: contiguous, in order,
     non-empty, one mask per span.
-Fan-out (DESIGN.md 3): `assign_credit` splits or broadcasts one rollout reward over its samples;
+Fan-out (docs/architecture.md invariants 3): `assign_credit` splits or broadcasts one rollout reward over its samples;
 `check_fanout` asserts siblings share a rollout_id and the reward is not multiplied.
 """
 
@@ -119,7 +119,7 @@ class TrainingSample:
         return replace(self, reward=reward)
 
     def check_invariants(self) -> None:
-        """Raise LedgerError unless DESIGN.md invariants 1 (shape), 2 and 5 hold."""
+        """Raise LedgerError unless docs/architecture.md invariants 1 (shape), 2 and 5 hold."""
         n = self.response_length
         if not (len(self.loss_mask) == n == len(self.rollout_log_probs)):
             raise LedgerError(f"len(loss_mask)={len(self.loss_mask)}, response_length={n}, "

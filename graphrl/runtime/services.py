@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Mapping, Protocol
 
 from ..engines.base import Engine
+from ..plan import Plan
 from .chat import ChatRenderer
 
 
@@ -63,6 +64,13 @@ class StaticEndpoints:
     async def close(self) -> None:
         for engine in {id(e): e for e in self._engines.values()}.values():
             await engine.close()
+
+
+def endpoints_for_plan(plan: Plan, engines: Mapping[str, Engine], renderer: ChatRenderer, *,
+                       renderers: Mapping[str, ChatRenderer] | None = None) -> StaticEndpoints:
+    """`StaticEndpoints` with the concurrency caps the plan's models declare (`max_concurrency`)."""
+    caps = {name: d.max_concurrency for name, d in plan.models.items() if d.max_concurrency}
+    return StaticEndpoints(engines, renderer, renderers=renderers, max_concurrency=caps)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ in sync); severity is derived from the code (E = error, W = warning); lines and 
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 

@@ -23,7 +23,6 @@ import threading
 from pathlib import Path
 from typing import Any, Iterator
 
-import click
 from aiohttp import web
 
 MAX_TOPK = 100
@@ -144,42 +143,3 @@ def retrieval_service(corpus: str | Path, host: str = "127.0.0.1", port: int = 0
         loop.call_soon_threadsafe(stop.set)
         thread.join(10)
         loop.close()
-
-
-@click.command(name="serve-retrieval")
-@click.option("--corpus", required=True, type=click.Path(dir_okay=False, exists=True),
-              help="JSONL documents: contents (or text), optional title and id.")
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535), help="0: any free port.")
-def serve_retrieval_command(corpus: str, host: str, port: int) -> None:
-    """Serve a corpus with BM25 over `POST /retrieve {queries, topk}` (and `GET /health`).
-
-    The URL is printed on stdout once the index is built and the port is open.
-
-    \b
-    Example:
-      graphrl serve-retrieval --corpus data/corpus.jsonl --port 8000
-      curl -s localhost:8000/retrieve -d '{"queries": ["who wrote Dune"], "topk": 3}'
-    """
-    from ..engines.server import serving
-
-    try:
-        docs = read_corpus(corpus)
-    except CorpusError as exc:
-        raise click.UsageError(str(exc)) from None
-    try:
-        import bm25s  # noqa: F401
-    except ImportError:
-        from ..cli import MissingDependency
-
-        raise MissingDependency("bm25s (BM25 retrieval)", "pip install 'graphrl[retrieval]'") from None
-    index = BM25Index(docs)
-
-    async def main() -> None:
-        async with serving(make_app(index), host, port) as url:
-            click.echo(url)
-            click.echo(f"serving {len(docs)} documents from {corpus}", err=True)
-            await asyncio.Event().wait()
-
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(main())

@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from graphrl.models import registry  # noqa: E402
-from graphrl.models.cli import models_command  # noqa: E402
+from graphrl.cli.models import models_command  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +108,7 @@ def test_require_raises_missing_dependency_with_the_install_command(monkeypatch)
 def test_core_modules_import_without_torch_or_transformers():
     code = (
         "import sys; sys.modules['torch'] = None; sys.modules['transformers'] = None\n"
-        "import graphrl.models, graphrl.models.registry, graphrl.models.cli, graphrl.models.tokenizer\n"
+        "import graphrl.models, graphrl.models.registry, graphrl.cli.models, graphrl.models.tokenizer\n"
         "import graphrl.engines.scripted, graphrl.engines.sampling, graphrl.engines.prefix_cache\n"
         "from graphrl.engines.sampling import SamplingParams; SamplingParams.from_mapping({'top_k': 5})\n"
         "from graphrl.models.registry import load_model\n"

@@ -1,6 +1,6 @@
 """Shared helpers for the reliability tests (imported by name: `from faultkit import ...`).
 
-`FaultySGLangServerForTests` speaks SGLang's native `/generate` protocol (slime-contract.md §4) from
+`FaultySGLangServerForTests` speaks SGLang's native `/generate` protocol (docs/architecture.md, slime contract §4) from
 its own thread and event loop, and decides per request -- by a seeded rule, reproducible whatever
 the interleaving -- whether to answer normally or to inject one fault:
 

@@ -223,7 +223,7 @@ nodes:
 
 
 def test_max_concurrency_bounds_in_flight_requests_per_endpoint_in_graphrl_run(tmp_path, tok):
-    from graphrl.engines.factory import build_endpoints
+    from graphrl.app.endpoints import build_endpoints
 
     plan = write_graph(tmp_path, CONC, "conc.yaml")
     with FaultySGLangServerForTests(tok, reply=lambda p: "x", delay_s=0.05) as pol, \

@@ -8,7 +8,8 @@ import click
 import pytest
 
 from graphrl.compilers.lower import plan_from_path
-from graphrl.runtime.cli_run import _metadata, cap_max_tokens
+from graphrl.app.run import cap_max_tokens
+from graphrl.cli.run import parse_metadata as _metadata
 from graphrl.spec.model import LLMNode
 
 REPO = Path(__file__).resolve().parents[2]

@@ -19,7 +19,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from graphrl.compilers.lower import plan_from_path  # noqa: E402
-from graphrl.engines.factory import build_endpoints  # noqa: E402
+from graphrl.app.endpoints import build_endpoints  # noqa: E402
 from graphrl.rewards.scorer import RewardBox  # noqa: E402
 from graphrl.runtime.executor import Executor  # noqa: E402
 from graphrl.runtime.ledger import TrainingSample  # noqa: E402

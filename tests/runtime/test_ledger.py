@@ -1,4 +1,4 @@
-"""The trajectory ledger: property tests of DESIGN.md invariants 1, 2, 3 and 5."""
+"""The trajectory ledger: property tests of docs/architecture.md invariants 1, 2, 3 and 5."""
 
 from __future__ import annotations
 

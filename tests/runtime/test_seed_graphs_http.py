@@ -18,8 +18,8 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from graphrl.compilers.lower import plan_from_path  # noqa: E402
-from graphrl.demo import DEMO_RUNS, _data, _service  # noqa: E402
-from graphrl.runtime.cli_run import run_plan  # noqa: E402
+from graphrl.app.demo import DEMO_RUNS, _data, _service  # noqa: E402
+from graphrl.app.run import run_plan  # noqa: E402
 from graphrl.runtime.ledger import TrainingSample  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -22,7 +22,7 @@ FIXTURE_GRAPHS = REPO / "tests" / "fixtures" / "graphs"
 @functools.lru_cache(maxsize=None)
 def _run_once(base: str) -> Path:
     from graphrl.compilers.lower import plan_from_path
-    from graphrl.runtime.cli_run import run_plan
+    from graphrl.app.run import run_plan
 
     if str(FIXTURE_GRAPHS) not in sys.path:
         sys.path.append(str(FIXTURE_GRAPHS))  # the graph's user tool echo_tool:observe

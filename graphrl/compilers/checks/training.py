@@ -2,7 +2,7 @@
 
 Input: `Graph` + `Flow`. Output: diagnostics E401, W402, E403, W404, W405, and the helper
 `sample_layout(g, flow)` that lowering reuses (which nodes/threads make training samples, and
-whether one rollout can yield several samples: "fan-out", slime-contract.md §1).
+whether one rollout can yield several samples: "fan-out", docs/architecture.md, slime contract §1).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The compiled generate / reward / reward-post-process functions slime calls (slime-contract.md).
+"""The compiled generate / reward / reward-post-process functions slime calls (docs/architecture.md, slime contract).
 
 Input: slime's `args`, the `Sample` it passes in (duck-typed: nothing here imports slime), its
 sampling params, `evaluation`; the plan this target was compiled from.
@@ -30,8 +30,10 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable
 
+from ...runtime.chat import ChatRenderer
 from ...runtime.executor import Executor, RolloutInput, RolloutResult, usage
 from ...runtime.ledger import TrainingSample
+from ...runtime.services import endpoints_for_plan
 from ...spec.model import POLICY
 from ...plan import Plan, load_plan
 from . import fill
@@ -82,17 +84,13 @@ class SlimeTarget:
         cfg = from_args(args, plan)
         if self._wired is not None and self._wired.cfg == cfg:
             return self._wired
-        from ...runtime.chat import ChatRenderer
-        from ...runtime.services import StaticEndpoints
-
         load = self._tokenizer_loader
         if load is None:
             from ._tokenizer import load_tokenizer as load
         renderer = ChatRenderer(load(cfg.hf_checkpoint))
         renderers = {name: ChatRenderer(load(tok)) for name, tok in cfg.tokenizers.items()}
         engines = {name: self._engine_factory(name, url, cfg) for name, url in cfg.urls.items()}
-        caps = {n: d.max_concurrency for n, d in plan.models.items() if d.max_concurrency}
-        self._wired = _Wired(cfg, StaticEndpoints(engines, renderer, renderers=renderers, max_concurrency=caps))
+        self._wired = _Wired(cfg, endpoints_for_plan(plan, engines, renderer, renderers=renderers))
         return self._wired
 
     def _executor(self, wired: _Wired, sampling: dict[str, Any]) -> Executor:

@@ -1,4 +1,4 @@
-"""slime's `args` -> a typed `SlimeConfig`, once, at the boundary (slime-contract.md §3).
+"""slime's `args` -> a typed `SlimeConfig`, once, at the boundary (docs/architecture.md, slime contract §3).
 
 Input: the argparse Namespace slime passes to generate/reward functions, and the plan.
 Output: `SlimeConfig` (frozen): where each model of the graph is served, the tokenizer paths,

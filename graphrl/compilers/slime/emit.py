@@ -8,7 +8,7 @@ are absolute where slime's Ray job needs them, given as shell variables where th
                             post_process_rewards — what slime's dotted paths name
   DIR/slime_args.yaml       for --custom-config-path: graphrl_plan_path and graphrl's settings
   DIR/sglang_config.yaml    only when a frozen model declares serve: (slime serves it; the policy first)
-  DIR/launch.sh             the complete slime command (slime-contract.md §5), variables marked
+  DIR/launch.sh             the complete slime command (docs/architecture.md, slime contract §5), variables marked
   DIR/README.md             what was generated and how to launch it
 
 Invariant: `train_command(plan, out_dir)` is the one source of the slime command (graph-dependent
@@ -35,7 +35,7 @@ __all__ = ["DEFAULT_TRAIN_ARGS", "Var", "module_name", "needs_sglang_config", "r
 
 JOB_ADDRESS = "http://127.0.0.1:8265"
 
-# The recipe's training hyper-parameters (slime-contract.md §5); extra args given later win.
+# The recipe's training hyper-parameters (docs/architecture.md, slime contract §5); extra args given later win.
 DEFAULT_TRAIN_ARGS = (
     "--num-rollout", "2", "--rollout-batch-size", "4", "--n-samples-per-prompt", "4",
     "--rollout-max-response-len", "1024", "--rollout-temperature", "1", "--global-batch-size", "16",

@@ -79,7 +79,7 @@ class SlimeKit:
 
 
 def default_sampling() -> dict[str, Any]:
-    """What slime's GenerateState sends (slime-contract.md §1), per sample."""
+    """What slime's GenerateState sends (docs/architecture.md, slime contract §1), per sample."""
     return {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": 1024, "stop": None,
             "stop_token_ids": None, "skip_special_tokens": False, "no_stop_trim": True,
             "spaces_between_special_tokens": False}

@@ -1,7 +1,7 @@
 """The compiled generate/reward functions against slime's contract, with a stand-in for slime's Sample.
 
 Scripted engines (by model name) make every reply exact; the tokenizer is the real Qwen one. Each test
-checks one clause of slime-contract.md §1-§3 on both stand-ins: `SampleStandIn` (slime's
+checks one clause of docs/architecture.md, slime contract §1-§3 on both stand-ins: `SampleStandIn` (slime's
 append_response_tokens semantics) and `SampleStandInNoAppend` (the direct path).
 """
 

@@ -11,40 +11,47 @@ declared `url:` or an override — a frozen model with neither is an error, neve
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping
 
+from ..engines.sglang import SGLangEngine
+from ..errors import UsageProblem
 from ..plan import Plan
 from ..runtime.chat import ChatRenderer
-from ..runtime.services import StaticEndpoints
+from ..runtime.services import StaticEndpoints, endpoints_for_plan
 from ..spec.model import POLICY
 
+DEFAULT_TIMEOUT_S = 900.0  # one engine call, over HTTP
 
-class WiringError(ValueError):
-    pass
+
+class WiringError(UsageProblem):
+    """The engines asked for do not fit the graph (a model without a URL, an unknown name): exit 2."""
+
+
+def load_local_engine(model: str, tokenizer: str | None = None, device: str | None = None) -> tuple[Any, Any]:
+    """(LocalEngine, tokenizer) for a built-in model name or a HF directory; torch is imported here, lazily."""
+    from ..engines.local import LocalEngine
+    from ..models.registry import load_model, resolve_tokenizer
+
+    hf_model, hf_tok = load_model(model)
+    if tokenizer is not None:
+        hf_tok = resolve_tokenizer(tokenizer)
+    return LocalEngine(hf_model, hf_tok, device=None if device == "auto" else device), hf_tok
 
 
 def build_endpoints(plan: Plan, *, engine: str, model: str | None = None, url: str | None = None,
                     tokenizer: str | None = None, endpoints: Mapping[str, str] | None = None,
-                    device: str | None = None, timeout_s: float = 900.0) -> StaticEndpoints:
-    from .sglang import SGLangEngine
-
+                    device: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> StaticEndpoints:
     overrides = dict(endpoints or {})
     unknown = sorted(set(overrides) - set(plan.models))
     if unknown:
         raise WiringError(f"--endpoint names unknown model(s) {', '.join(unknown)}; the graph declares "
                           f"{', '.join(sorted(plan.models))}")
-    engines = {}
-    caps = {name: d.max_concurrency for name, d in plan.models.items() if d.max_concurrency}
+    engines: dict[str, Any] = {}
     if engine == "local":
-        from ..models.registry import load_model
-        from .local import LocalEngine
-
-        hf_model, hf_tok = load_model(model or "smollm2")
-        local = LocalEngine(hf_model, hf_tok, device=device)
-        renderer = ChatRenderer(hf_tok)
+        local, hf_tok = load_local_engine(model or "smollm2", device=device)
         for name in plan.models:
             engines[name] = SGLangEngine(overrides[name], timeout_s=timeout_s) if name in overrides else local
-        return StaticEndpoints(engines, renderer, max_concurrency=caps)
+        return endpoints_for_plan(plan, engines, ChatRenderer(hf_tok))
     if engine != "sglang":
         raise WiringError(f"unknown engine {engine!r}: use local or sglang")
     from ..models.registry import resolve_tokenizer
@@ -56,4 +63,4 @@ def build_endpoints(plan: Plan, *, engine: str, model: str | None = None, url: s
             raise WiringError(f"model '{name}' has no URL: give --endpoint {name}=http://HOST:PORT"
                               + (" (or --url for the policy)" if name == POLICY else ""))
         engines[name] = SGLangEngine(target, timeout_s=timeout_s)
-    return StaticEndpoints(engines, renderer, max_concurrency=caps)
+    return endpoints_for_plan(plan, engines, renderer)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from graphrl.models.errors import UnknownModel
+from ..models.errors import UnknownModel
 
 
 @click.group("models")
@@ -37,7 +37,7 @@ def list_command() -> None:
     Example:
       graphrl models list
     """
-    from graphrl.models.registry import MODEL_NAMES
+    from ..models.registry import MODEL_NAMES
 
     descriptions = {
         "tiny": "random 2-layer Qwen2 (hidden 32) with the real Qwen tokenizer; for tests",
@@ -62,7 +62,7 @@ def export_command(name: str, directory: Path, force: bool) -> None:
       graphrl models export tiny build/tiny-hf
       graphrl models export smollm2 /data/smollm2 --force
     """
-    from graphrl.models.registry import export
+    from ..models.registry import export
 
     try:
         path = export(name, directory, overwrite=force)

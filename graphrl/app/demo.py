@@ -1,4 +1,4 @@
-"""`graphrl demo`: the README's main job on the embedded default, start to end, no server by hand.
+"""The demo: the README's main job on the embedded default, start to end, no server by hand.
 
 Input: the bundled graphs (graphs/*.yaml), the demo data (data/), the embedded model name, a cap on
 every llm call's new tokens. Output, under OUT/<graph>/: the compiled slime target (plan.json, the
@@ -28,7 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-import click
+from ..compilers.checks import check_file
+from ..compilers.lower import lower
+from ..compilers.slime.emit import write_slime_target
+from ..errors import EXIT_OK, MissingDependency, UsageProblem
+from ..spec.diagnostics import has_errors
+from .report import report
+from .run import run_plan
 
 
 @dataclass(frozen=True)
@@ -50,14 +56,9 @@ DEMO_RUNS = (  # the longest first, so that two at a time finish together
 
 def compile_all(graphs_dir: Path, out_dir: Path, echo: Callable[[str], None]) -> tuple[dict[str, Any], list]:
     """Check every graph; compile the valid ones to OUT/<name>/. Returns (plans by name, diagnostics)."""
-    from .compilers.checks import check_file
-    from .compilers.lower import lower
-    from .compilers.slime.emit import write_slime_target
-    from .spec.diagnostics import has_errors
-
     files = sorted(graphs_dir.glob("*.yaml"))
     if not files:
-        raise click.UsageError(f"no graphs found in {graphs_dir}")
+        raise UsageProblem(f"no graphs found in {graphs_dir}")
     results, plans = [], {}
     for f in files:
         g, diags = check_file(f)
@@ -81,7 +82,7 @@ def _service(run: DemoRun, data_dir: Path):
     if run.service != "retrieval":
         yield {}
         return
-    from .tools.retrieval_server import retrieval_service
+    from ..tools.retrieval_server import retrieval_service
 
     with retrieval_service(data_dir / "corpus.jsonl") as url:
         yield {"retrieval_url": url}
@@ -89,7 +90,7 @@ def _service(run: DemoRun, data_dir: Path):
 
 def _data(run: DemoRun, data_dir: Path, out_dir: Path) -> Path:
     if run.data == "synth:memagent":
-        from .data.synth import memagent_rows, write_jsonl
+        from ..data.synth import memagent_rows, write_jsonl
 
         path = out_dir / run.graph / "data.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -99,17 +100,16 @@ def _data(run: DemoRun, data_dir: Path, out_dir: Path) -> Path:
 
 
 def run_demo(*, graphs_dir: str, data_dir: str, out_dir: str, model: str, max_tokens_cap: int,
-             only: tuple[str, ...] = (), run: bool = True, jobs: int | None = None) -> int:
+             only: tuple[str, ...] = (), run: bool = True, jobs: int | None = None,
+             echo: Callable[[str], None] = print, echo_err: Callable[[str], None] | None = None) -> int:
     """The whole job; returns the exit code (0, or 3 when a graph has errors).
 
     The runs go `jobs` at a time, each in its own thread with its own event loop and embedded model
     (the local engine computes on one CPU thread, so two runs use two cores); each run's report is
     printed whole when it finishes."""
-    from .cli import EXIT_OK, _report
-
     out, data = Path(out_dir), Path(data_dir)
-    plans, results = compile_all(Path(graphs_dir), out, click.echo)
-    code = _report(results, False)
+    plans, results = compile_all(Path(graphs_dir), out, echo)
+    code = report(results, False, out=echo, err=echo_err or echo)
     if code != EXIT_OK or not run:
         return code
     runs = [r for r in DEMO_RUNS if (not only or r.graph in only) and r.graph in plans]
@@ -124,22 +124,20 @@ def run_demo(*, graphs_dir: str, data_dir: str, out_dir: str, model: str, max_to
         report, summary = _run_one(r, plans[r.graph], data, out, model, max_tokens_cap)
         seconds = time.monotonic() - t0
         with lock:
-            click.echo(report + f"\n({r.graph}: {seconds:.1f} s)")
+            echo(report + f"\n({r.graph}: {seconds:.1f} s)")
         return r.graph, seconds, summary
 
     with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="graphrl-demo") as pool:
         timings = list(pool.map(one, runs))
-    click.echo(f"\n== demo time ({jobs} run(s) at a time) ==")
+    echo(f"\n== demo time ({jobs} run(s) at a time) ==")
     for name, seconds, summary in timings:
         counts = f"{getattr(summary, 'rollouts', '?')} rollouts, {getattr(summary, 'samples', '?')} training samples"
-        click.echo(f"{name:<15} {seconds:7.1f} s  {counts}")
-    click.echo(f"{'total':<15} {time.monotonic() - t_all:7.1f} s")
+        echo(f"{name:<15} {seconds:7.1f} s  {counts}")
+    echo(f"{'total':<15} {time.monotonic() - t_all:7.1f} s")
     return EXIT_OK
 
 
 def _run_one(r: DemoRun, plan: Any, data: Path, out: Path, model: str, max_tokens_cap: int) -> tuple[str, Any]:
-    from .runtime.cli_run import run_plan
-
     path = _data(r, data, out)
     traj = out / r.graph / "trajectories.jsonl"
     traj.unlink(missing_ok=True)
@@ -156,7 +154,4 @@ def _require_bm25() -> None:
     try:
         import bm25s  # noqa: F401
     except ImportError:
-        from .cli import MissingDependency
-
-        raise MissingDependency("bm25s (the BM25 retrieval service ToolOrchestra's demo run uses)",
-                                "pip install 'graphrl[retrieval]'") from None
+        raise MissingDependency("bm25s", "the BM25 retrieval service ToolOrchestra's demo run uses") from None

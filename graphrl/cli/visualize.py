@@ -66,7 +66,7 @@ def visualize_command(input_path, out, fmt, engine, graph_path, group, sample, t
       graphrl visualize out/hello.jsonl --group 0 --sample 1          # text preview on stdout
       graphrl visualize out/hello.jsonl -o out/hello.trace.json       # open in ui.perfetto.dev
     """
-    from .build import VizError, graph_output, input_kind, output_format, trajectory_output
+    from ..viz.build import VizError, graph_output, input_kind, output_format, trajectory_output
 
     t0 = time.monotonic()
     path = Path(input_path)

@@ -1,4 +1,6 @@
-"""`graphrl serve`: a model name or path -> an SGLang-protocol HTTP server on host:port.
+"""`graphrl serve` and `graphrl serve-retrieval`: the embedded services over HTTP.
+
+`serve`: a model name or path -> an SGLang-protocol HTTP server on host:port.
 
 Input: `--model` (a built-in name such as `tiny` / `smollm2`, or a Hugging Face model directory),
 optional `--tokenizer`, `--host`, `--port`, `--device`. Output: a running server; the URL is printed
@@ -6,6 +8,8 @@ on stdout once `/health` answers 200, and nothing else is printed there.
 
 Invariants: the HTTP port opens before the model loads (so `/health` says 503 while loading, as
 SGLang does); load failures exit non-zero with the loader's message; Ctrl-C stops cleanly.
+
+`serve-retrieval`: a JSONL corpus -> the BM25 retrieval service (`graphrl.tools.retrieval_server`).
 """
 
 from __future__ import annotations
@@ -13,28 +17,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from typing import Any
 
 import click
 
-from graphrl.engines.server import SERVER_KEY, make_app, serving
-from graphrl.engines.sglang import SGLangEngine
-from graphrl.models.errors import UnknownModel
-
-__all__ = ["serve_command", "load_engine"]
-
-
-def load_engine(model: str, tokenizer: str | None = None, device: str = "auto") -> tuple[Any, Any]:
-    """(LocalEngine, tokenizer) for `model`; torch/transformers are imported here, lazily."""
-    from graphrl.engines.local import LocalEngine
-    from graphrl.models.registry import load_model, resolve_tokenizer
-
-    loaded_model, loaded_tokenizer = load_model(model)
-    if tokenizer is not None:
-        loaded_tokenizer = resolve_tokenizer(tokenizer)
-    engine = LocalEngine(loaded_model, loaded_tokenizer, device=None if device == "auto" else device)
-    return engine, loaded_tokenizer
-
+from ..app.endpoints import load_local_engine
+from ..engines.server import SERVER_KEY, make_app, serving
+from ..engines.sglang import SGLangEngine
+from ..models.errors import UnknownModel
+from ..errors import MissingDependency
+from ..tools.retrieval_server import BM25Index, CorpusError, make_app as retrieval_app, read_corpus
 
 async def _serve(model: str, tokenizer: str | None, host: str, port: int, device: str,
                  weight_version: str) -> None:
@@ -52,7 +43,7 @@ async def _serve(model: str, tokenizer: str | None, host: str, port: int, device
         click.echo(f"graphrl serve: loading {model} (/health answers 503 until it is ready)",
                    err=True)
         try:
-            engine, tok = await asyncio.to_thread(load_engine, model, tokenizer, device)
+            engine, tok = await asyncio.to_thread(load_local_engine, model, tokenizer, device)
         except UnknownModel as exc:
             raise click.BadParameter(str(exc), param_hint="--model") from None
         stack.push_async_callback(engine.close)
@@ -98,3 +89,38 @@ def serve_command(model: str, tokenizer: str | None, host: str, port: int, devic
         asyncio.run(_serve(model, tokenizer, host, port, device, weight_version))
     except (KeyboardInterrupt, asyncio.CancelledError):
         click.echo("graphrl serve: stopped", err=True)
+
+
+@click.command(name="serve-retrieval")
+@click.option("--corpus", required=True, type=click.Path(dir_okay=False, exists=True),
+              help="JSONL documents: contents (or text), optional title and id.")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535), help="0: any free port.")
+def serve_retrieval_command(corpus: str, host: str, port: int) -> None:
+    """Serve a corpus with BM25 over `POST /retrieve {queries, topk}` (and `GET /health`).
+
+    The URL is printed on stdout once the index is built and the port is open.
+
+    \b
+    Example:
+      graphrl serve-retrieval --corpus data/corpus.jsonl --port 8000
+      curl -s localhost:8000/retrieve -d '{"queries": ["who wrote Dune"], "topk": 3}'
+    """
+    try:
+        docs = read_corpus(corpus)
+    except CorpusError as exc:
+        raise click.UsageError(str(exc)) from None
+    try:
+        import bm25s  # noqa: F401
+    except ImportError:
+        raise MissingDependency("bm25s", "BM25 retrieval") from None
+    index = BM25Index(docs)
+
+    async def main() -> None:
+        async with serving(retrieval_app(index), host, port) as url:
+            click.echo(url)
+            click.echo(f"serving {len(docs)} documents from {corpus}", err=True)
+            await asyncio.Event().wait()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(main())

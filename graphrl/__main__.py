@@ -1,0 +1,5 @@
+"""`python -m graphrl`: the same as the `graphrl` command."""
+
+from .cli import main
+
+main()

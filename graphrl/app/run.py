@@ -1,0 +1,84 @@
+"""Run a plan over a dataset without training (debugging, evaluation): what `graphrl run` calls.
+
+Input: a graph (YAML or compiled plan.json), JSONL rows, engine options; optionally a cap on every
+llm node's max_tokens (and the judge's), and metadata set on every row (e.g. a service URL the
+graph reads from `metadata`).
+Output: trajectory JSONL (see graphrl.runtime.runner) and a summary table on stdout. A graph with a
+group reward (reward.group) gets it applied per prompt group (graphrl.rewards.group_run).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import UsageProblem
+from ..plan import Plan
+from ..rewards.group_run import group_reward_hook
+from ..rewards.scorer import JUDGE_MAX_TOKENS, RewardBox
+from ..runtime.executor import Executor
+from ..runtime.runner import RunSummary, read_rows, run_dataset
+from ..spec.model import LLMNode
+from ..tools.registry import ToolBox
+from .endpoints import build_endpoints
+
+
+def run_plan(plan: Plan, data: str | Path, out_path: str | Path, *, engine: str = "local", model: str = "smollm2",
+             url: str | None = None, tokenizer: str = "qwen", endpoints: dict[str, str] | None = None,
+             n_samples: int = 1, concurrency: int = 8, limit: int | None = None, seed: int = 0,
+             temperature: float = 1.0, device: str | None = None, progress: bool = True,
+             max_tokens_cap: int | None = None, metadata: dict[str, Any] | None = None,
+             warn: Callable[[str], None] | None = None) -> RunSummary:
+    """Run a plan over a JSONL file; returns the RunSummary. Usage problems raise `UsageProblem`."""
+    try:
+        rows = read_rows(data, limit)
+    except ValueError as exc:
+        raise UsageProblem(str(exc)) from None
+    if metadata:
+        rows, skipped = _with_metadata(rows, metadata)
+        if skipped:
+            shown = ", ".join(str(i + 1) for i in skipped[:10]) + (", ..." if len(skipped) > 10 else "")
+            (warn or print)(f"warning: --metadata not applied to {len(skipped)} row(s) of {data} whose metadata is not "
+                       f"a mapping (row {shown}); their rollouts see the row's own metadata")
+    if max_tokens_cap:
+        plan = cap_max_tokens(plan, max_tokens_cap)
+    eps = build_endpoints(plan, engine=engine, model=model, url=url, tokenizer=tokenizer,
+                          endpoints=endpoints or {}, device=device)
+    search = [Path(plan.source.get("file", ".")).parent, Path(".")]
+    judge_tokens = min(JUDGE_MAX_TOKENS, max_tokens_cap) if max_tokens_cap else JUDGE_MAX_TOKENS
+    executor = Executor(plan, eps, tools=ToolBox(search), rewards=RewardBox(search, judge_max_tokens=judge_tokens),
+                        sampling={"temperature": temperature, "top_p": 1.0, "top_k": -1})
+    decode = eps.renderer("policy").decode
+    group_reward = group_reward_hook(plan, rows, search)
+
+    async def main():
+        try:
+            return await run_dataset(executor, rows, out_path, n_samples=n_samples, concurrency=concurrency,
+                                     seed=seed, decode=decode, group_reward=group_reward, progress=progress)
+        finally:
+            await executor.close()
+            await eps.close()
+
+    return asyncio.run(main())
+
+
+def _with_metadata(rows: list[dict], extra: dict[str, object]) -> tuple[list[dict], list[int]]:
+    """Rows with `extra` merged into their metadata; rows whose metadata is not a mapping (nor
+    missing/null) are kept as they are -- a bad row must not stop the run -- and their indexes returned."""
+    out, skipped = [], []
+    for i, row in enumerate(rows):
+        meta = row.get("metadata")
+        if meta is not None and not isinstance(meta, dict):
+            skipped.append(i)
+            out.append(row)
+        else:
+            out.append({**row, "metadata": {**(meta or {}), **extra}})
+    return out, skipped
+
+
+def cap_max_tokens(plan: Plan, cap: int) -> Plan:
+    """The plan with every llm node's max_tokens clamped to `cap`."""
+    nodes = {nid: n.model_copy(update={"max_tokens": min(n.max_tokens, cap)}) if isinstance(n, LLMNode) else n
+             for nid, n in plan.nodes.items()}
+    return plan.model_copy(update={"nodes": nodes})

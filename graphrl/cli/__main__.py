@@ -1,0 +1,5 @@
+"""`python -m graphrl.cli`: the same as the `graphrl` command."""
+
+from . import main
+
+main()
