@@ -16,18 +16,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
-from .spec.model import (
-    InputDecl, Limits, LLMNode, ModelDecl, Reward, SlimeSettings, StateVar, SwitchNode, Thread, ToolNode, UpdateNode,
-)
+from .spec.model import InputDecl, Limits, ModelDecl, Reward, SlimeSettings, StateVar, Thread
+from .spec.nodes import PlanNode
 
 PLAN_FORMAT = "graphrl.plan/1"
-
-PlanNode = Annotated[LLMNode | ToolNode | SwitchNode | UpdateNode, Field(discriminator="kind")]
-
 
 class TemplateFile(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import networkx as nx
 
 from ..spec.load import Graph
-from ..spec.model import END, TERMINALS, SwitchNode
+from ..spec.model import END, TERMINALS
+from ..spec.nodes import case_key
 
 
 @dataclass(frozen=True)
@@ -33,13 +34,20 @@ class Flow:
     start: str
 
 
-def _raw_case_keys(g: Graph, nid: str) -> dict[str, object]:
-    """Case value (as the model normalises it) -> the key as YAML read it (`true:` is a bool), for spans."""
-    raw = g.located.value.get("nodes", {}).get(nid, {}) if isinstance(g.located.value, dict) else {}
-    cases = raw.get("cases") if isinstance(raw, dict) else None
-    if not isinstance(cases, dict):
-        return {}
-    return {(str(k).lower() if isinstance(k, bool) else str(k)): k for k in cases}
+def _yaml_path(g: Graph, base: tuple, path: tuple) -> tuple:
+    """A kind's edge path with each key as the YAML read it (a normalised case key such as `true`
+    is the boolean key `true:` in the file), so that spans point at the key."""
+    raw = g.located.value
+    for p in base:
+        raw = raw.get(p) if isinstance(raw, dict) else None
+    out = []
+    for p in path:
+        if isinstance(raw, dict) and p not in raw:
+            p = next((k for k in raw if case_key(k) == p), p)
+        out.append(p)
+        raw = raw.get(p) if isinstance(raw, dict) else (raw[p] if isinstance(raw, list) and isinstance(p, int)
+                                                        and 0 <= p < len(raw) else None)
+    return tuple(out)
 
 
 def build_flow(g: Graph) -> Flow:
@@ -48,18 +56,8 @@ def build_flow(g: Graph) -> Flow:
         refs.append(Ref("", g.spec.start, ("start",), "start"))
     for nid, n in g.nodes.items():
         base = ("nodes", nid)
-        if isinstance(n, SwitchNode):
-            raw_keys = _raw_case_keys(g, nid)
-            for value, target in n.cases.items():
-                refs.append(Ref(nid, target, base + ("cases", raw_keys.get(value, value)), f"case {value}"))
-            if n.default is not None:
-                refs.append(Ref(nid, n.default, base + ("default",), "default"))
-        elif n.next is None:
-            refs.append(Ref(nid, END, base, "next"))
-        else:
-            for i, b in enumerate(n.next):
-                label = f"when {b.when}" if b.when is not None else ("next" if len(n.next) == 1 else "else")
-                refs.append(Ref(nid, b.goto, base + ("next", i, "goto"), label))
+        for path, target, label in n.edges():
+            refs.append(Ref(nid, target, base + _yaml_path(g, base, path), label))
         if getattr(n, "on_error", None) is not None:
             refs.append(Ref(nid, n.on_error, base + ("on_error",), "on_error"))
         if n.max_visits is not None or n.token_budget is not None:

@@ -19,7 +19,7 @@ from .. import __version__
 from ..plan import Plan, TemplateFile, Training, load_plan
 from ..spec.diagnostics import Diagnostic, has_errors
 from ..spec.load import Graph
-from ..spec.model import POLICY, Branch, GraphSpec, LLMNode, ModelDecl, Thread
+from ..spec.model import POLICY, GraphSpec, LLMNode, ModelDecl, Thread
 from .checks import check_file
 from .checks.training import DEFAULT_MAX_TOKENS, sample_layout
 from .flow import build_flow
@@ -53,20 +53,15 @@ def _replace_messages(data: dict, base: tuple, inlined: dict[tuple, str]) -> Non
 
 
 def _resolve_node(g: Graph, nid: str, inlined: dict[tuple, str]) -> Any:
-    n = g.nodes[nid]
-    update: dict[str, Any] = {}
-    if isinstance(n, LLMNode):
-        update = {"train": n.trained, "sample": n.sample_mode,
-                  "max_tokens": n.max_tokens or g.spec.limits.max_tokens or DEFAULT_MAX_TOKENS}
-    if getattr(n, "next", "absent") is None:
-        update["next"] = [Branch(goto="end")]
-    if (n.max_visits or n.token_budget) and n.on_limit is None:
-        update["on_limit"] = "end"
-    node = n.model_copy(update=update)
-    if isinstance(node, LLMNode) and node.prompt and any(("nodes", nid, "prompt", i, m.role) in inlined
-                                                         for i, m in enumerate(node.prompt)):
+    node = g.nodes[nid].lowered(default_max_tokens=g.spec.limits.max_tokens or DEFAULT_MAX_TOKENS)
+    files = [(path, inlined[("nodes", nid, *path)]) for path, _ in node.messages() if ("nodes", nid, *path) in inlined]
+    if files:  # template files are inlined: the plan is self-contained
         data = node.model_dump(by_alias=True)
-        _replace_messages(data, ("nodes", nid), inlined)
+        for path, text in files:
+            parent = data
+            for p in path[:-1]:
+                parent = parent[p]
+            parent[path[-1]] = text
         node = type(node).model_validate(data)
     return node
 

@@ -22,37 +22,26 @@ import asyncio
 import dataclasses
 import functools
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ..plan import Plan
 from ..engines.base import EngineError, Generation
-from ..spec.model import ABORT, END, POLICY, LLMNode, SwitchNode, ToolNode
-from .chat import ChatThread, NotAppendOnlyError
+from ..plan import Plan
+from ..spec.model import ABORT, END, POLICY, LLMNode
+from .chat import NotAppendOnlyError
+from .handlers import HANDLERS
+from .handlers.llm import strip_stop
 from .ledger import CallRecord, LedgerError, SampleBuilder, TrainingSample, assign_credit
-from .parsers import parse_output
+from .rollout import RolloutFault, RolloutInput, RolloutState
 from .scope import NodeResult, Renderer, RenderError, merge_state
 from .services import Endpoints, RewardScorer, ToolRunner, UnknownModel
+from .trained_thread import TrainedThread
+from .userfns import user_callable
+
+__all__ = ["Executor", "RolloutFault", "RolloutInput", "RolloutResult", "usage"]
 
 HARD_MAX_STEPS = 100_000  # a last-resort bound; checked graphs are bounded long before
 FAULTS = (EngineError, RenderError, UnknownModel, NotAppendOnlyError, LedgerError)
-
-
-class RolloutFault(Exception):
-    """Ends one rollout with `status` (e.g. an input missing from the row)."""
-
-    def __init__(self, message: str, status: str = "failed"):
-        super().__init__(message)
-        self.status = status
-
-
-@dataclass(frozen=True)
-class RolloutInput:
-    row: Mapping[str, Any]  # {"prompt", "label", "metadata"}
-    rollout_id: int | str
-    group: int = 0
-    seed: int | None = None
-    session_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -68,27 +57,6 @@ class RolloutResult:
     state: dict[str, Any]
     elapsed_s: float
     engine_s: float
-
-
-@dataclass
-class _Rollout:
-    inp: RolloutInput
-    ns: dict[str, Any]
-    state: dict[str, Any]
-    visits: dict[str, int] = field(default_factory=dict)
-    threads: dict[str, ChatThread] = field(default_factory=dict)
-    thread_samples: dict[str, SampleBuilder] = field(default_factory=dict)
-    owners: dict[tuple[str, int], tuple[str, int]] = field(default_factory=dict)  # (thread, msg) -> (node, visit)
-    samples: list[Any] = field(default_factory=list)  # TrainingSample or SampleBuilder, creation order
-    path: list[tuple[str, int]] = field(default_factory=list)
-    calls: list[CallRecord] = field(default_factory=list)
-    policy_tokens: int = 0
-    steps: int = 0
-    t0: float = 0.0
-    last_finish: str | None = None
-    engine_s: float = 0.0
-    status: str = "completed"
-    error: str | None = None
 
 
 class Executor:
@@ -111,7 +79,7 @@ class Executor:
 
     async def run(self, inp: RolloutInput, *, abort: asyncio.Event | None = None) -> RolloutResult:
         t0 = self.clock()
-        r = _Rollout(inp=inp, ns={}, state={}, t0=t0)
+        r = RolloutState(inp=inp, ns={}, state={}, t0=t0)
         timeout = self.plan.limits.timeout_s
         try:
             await asyncio.wait_for(self._execute(r, abort), timeout)
@@ -138,7 +106,7 @@ class Executor:
                              tuple(r.calls), r.error, dict(r.state), self.clock() - t0, r.engine_s)
 
     # ------------------------------------------------------------------ graph walk
-    def _init(self, r: _Rollout) -> None:
+    def _init(self, r: RolloutState) -> None:
         row = dict(r.inp.row)
         row.setdefault("metadata", {})
         base = {"prompt": row.get("prompt"), "label": row.get("label"), "metadata": row.get("metadata") or {},
@@ -158,7 +126,7 @@ class Executor:
         for name, decl in self.plan.state.items():
             r.state[name] = _copy(decl.default)
 
-    async def _execute(self, r: _Rollout, abort: asyncio.Event | None) -> None:
+    async def _execute(self, r: RolloutState, abort: asyncio.Event | None) -> None:
         self._init(r)
         node_id = self.plan.start
         while node_id not in (END, ABORT):
@@ -179,7 +147,7 @@ class Executor:
         elif r.last_finish == "length":
             r.status = "truncated"
 
-    def _out_of_steps(self, r: _Rollout) -> bool:
+    def _out_of_steps(self, r: RolloutState) -> bool:
         """limits.max_steps counts node visits (each foreach item is one); reaching it truncates."""
         max_steps = self.plan.limits.max_steps or HARD_MAX_STEPS
         if r.steps >= max_steps:
@@ -187,12 +155,13 @@ class Executor:
             return True
         return False
 
-    def _limited(self, r: _Rollout, nid: str, node: Any) -> bool:
+    def _limited(self, r: RolloutState, nid: str, node: Any) -> bool:
         if node.max_visits is not None and r.visits.get(nid, 0) >= node.max_visits:
             return True
         return node.token_budget is not None and r.policy_tokens >= node.token_budget
 
-    async def _step(self, r: _Rollout, nid: str, node: Any, abort: asyncio.Event | None) -> str:
+    async def _step(self, r: RolloutState, nid: str, node: Any, abort: asyncio.Event | None) -> str:
+        handler = HANDLERS[node.kind]
         items: list[Any] = [None]
         if node.foreach is not None:
             items = await self._foreach_items(r, nid, node)
@@ -211,12 +180,7 @@ class Executor:
                 ctx[node.foreach.as_] = item
                 ctx["loop"] = {"index": i, "count": len(items), "first": i == 0, "last": i == len(items) - 1}
             try:
-                if isinstance(node, LLMNode):
-                    output = await self._llm(r, nid, node, visit, ctx)
-                elif isinstance(node, ToolNode):
-                    output = await self._tool(r, nid, node, visit, ctx)
-                else:
-                    output = NodeResult()
+                output = await handler.run(self, r, nid, node, visit, ctx)
             except FAULTS as exc:
                 if getattr(node, "on_error", None) is None:
                     raise
@@ -230,34 +194,23 @@ class Executor:
             self._updates(r, nid, node, ctx)
             if node.append_to is not None:
                 where = ("nodes", nid, "append_to", "content")
-                content = self._plain_text(where, self.render.text(where, node.append_to.content, ctx))
-                thread = self._thread(r, node.append_to.thread)
-                r.owners[(node.append_to.thread, len(thread.messages))] = (nid, visit)
-                thread.add_messages([{"role": node.append_to.role, "content": content}])
+                content = self.plain_text(where, self.render.text(where, node.append_to.content, ctx))
+                self.thread(r, node.append_to.thread).add_messages(
+                    [{"role": node.append_to.role, "content": content}], owner=(nid, visit))
             if abort is not None and abort.is_set():
                 break
         ctx = self._ctx(r, r.visits.get(nid, 0))
         ctx["output"] = output if output is not None else NodeResult()
-        return self._next(nid, node, ctx)
+        return handler.route(self, nid, node, ctx)
 
-    def _ctx(self, r: _Rollout, visit: int) -> dict[str, Any]:
+    def _ctx(self, r: RolloutState, visit: int) -> dict[str, Any]:
         ctx = dict(r.ns)
         ctx.update(r.state)
         ctx["visit"] = visit
         ctx["threads"] = {k: list(t.messages) for k, t in r.threads.items()}
         return ctx
 
-    def _next(self, nid: str, node: Any, ctx: dict[str, Any]) -> str:
-        if isinstance(node, SwitchNode):
-            value = self.render.expr(("nodes", nid, "switch"), node.switch, ctx)
-            key = str(value).lower() if isinstance(value, bool) else str(value)
-            return node.cases.get(key, node.default or END)
-        for i, branch in enumerate(node.next or ()):
-            if branch.when is None or self.render.expr(("nodes", nid, "next", i, "when"), branch.when, ctx):
-                return branch.goto
-        return END
-
-    def _updates(self, r: _Rollout, nid: str, node: Any, ctx: dict[str, Any]) -> None:
+    def _updates(self, r: RolloutState, nid: str, node: Any, ctx: dict[str, Any]) -> None:
         for name, tmpl in node.update.items():
             value = self.render.value(("nodes", nid, "update", name), tmpl, ctx)
             try:
@@ -266,7 +219,7 @@ class Executor:
                 raise RenderError(self.plan.span("nodes", nid, "update", name), str(exc)) from None
             ctx[name] = r.state[name]
 
-    async def _foreach_items(self, r: _Rollout, nid: str, node: Any) -> list[Any]:
+    async def _foreach_items(self, r: RolloutState, nid: str, node: Any) -> list[Any]:
         fe = node.foreach
         value = self.render.expr(("nodes", nid, "foreach", "over"), fe.over, self._ctx(r, 0))
         if fe.chunk_tokens:
@@ -281,19 +234,25 @@ class Executor:
             items = list(value or [])
         return items[: fe.max] if fe.max else items
 
-    # ------------------------------------------------------------------ llm nodes
-    def _thread(self, r: _Rollout, name: str) -> ChatThread:
+    # ------------------------------------------------------------------ services of the node handlers
+    def thread(self, r: RolloutState, name: str) -> TrainedThread:
+        """The rollout's thread `name`, opened (its prompt rendered) on first use."""
         th = r.threads.get(name)
         if th is None:
             decl = self.plan.threads[name]
             ctx = self._ctx(r, 0)
-            msgs = self._messages(("threads", name, "prompt"), decl.prompt, ctx)
+            msgs = self.messages(("threads", name, "prompt"), decl.prompt, ctx)
             tools = self.render.value(("threads", name, "tools"), decl.tools, ctx) if decl.tools else None
-            self._plain_text(("threads", name, "tools"), tools)
-            th = r.threads[name] = self.endpoints.renderer(POLICY).thread(msgs, tools=tools)
+            self.plain_text(("threads", name, "tools"), tools)
+            chat = self.endpoints.renderer(POLICY).thread(msgs, tools=tools)
+            th = r.threads[name] = TrainedThread(chat, sampled=name in self.plan.training.threads,
+                                                 rollout_id=r.inp.rollout_id, on_sample=r.samples.append)
         return th
 
-    def _messages(self, path: tuple, prompt: Any, ctx: dict[str, Any]) -> list[dict[str, Any]]:
+    def user_callable(self, ref: str):
+        return user_callable(self.plan, ref)
+
+    def messages(self, path: tuple, prompt: Any, ctx: dict[str, Any]) -> list[dict[str, Any]]:
         """A prompt's rendered chat messages; data that cannot be a chat message (a `messages:` value
         that is not text or {role, content} mappings, text that is not valid Unicode) is a located
         RenderError, so a bad data row fails its rollout with a message, not an internal error."""
@@ -312,10 +271,10 @@ class Executor:
                 raise RenderError(self.plan.span(*path, i), "messages: must give a string or a list of "
                                   "{role, content} mappings (role a string, content a string, a list or null); "
                                   f"got {_excerpt(bad)}")
-            self._plain_text(path + (i,), out[-1] if role != "messages" or isinstance(value, str) else value)
+            self.plain_text(path + (i,), out[-1] if role != "messages" or isinstance(value, str) else value)
         return out
 
-    def _plain_text(self, path: tuple, value: Any) -> Any:
+    def plain_text(self, path: tuple, value: Any) -> Any:
         """`value` unchanged, or a located RenderError when a string in it is not valid Unicode (a lone
         surrogate, e.g. from a JSON escape like \\ud800 in a data row): no tokenizer can encode it."""
         bad = _lone_surrogate(value)
@@ -324,25 +283,7 @@ class Executor:
                               "not valid Unicode, cannot be tokenised")
         return value
 
-    def _params(self, nid: str, node: LLMNode, model: str, renderer) -> dict[str, Any]:
-        p = dict(self.sampling)
-        decl = self.plan.models.get(model)
-        for key, src in (("temperature", "temperature"), ("top_p", "top_p"), ("top_k", "top_k")):
-            v = getattr(node, src)
-            if v is None and decl is not None:
-                v = getattr(decl, src)
-            if v is not None:
-                p[key] = v
-        p["max_new_tokens"] = node.max_tokens
-        if node.stop:
-            p["stop"] = list(node.stop)
-        p["stop_token_ids"] = sorted(set(p.get("stop_token_ids") or ()) | set(renderer.stop_token_ids))
-        p.setdefault("skip_special_tokens", False)
-        p.setdefault("no_stop_trim", True)
-        p.setdefault("spaces_between_special_tokens", False)
-        return p
-
-    async def _generate(self, r: _Rollout, model: str, ids: tuple[int, ...], params: dict[str, Any],
+    async def generate(self, r: RolloutState, model: str, ids: tuple[int, ...], params: dict[str, Any],
                         nid: str, visit: int) -> tuple[Generation, CallRecord]:
         engine = self.endpoints.engine(model)
         sem = self.endpoints.semaphore(model)
@@ -370,79 +311,8 @@ class Executor:
             r.policy_tokens += len(ids) + n_out
         return gen, call
 
-    async def _llm(self, r: _Rollout, nid: str, node: LLMNode, visit: int, ctx: dict[str, Any]) -> NodeResult:
-        model = (self.render.text(("nodes", nid, "llm"), node.llm, ctx).strip() if node.dynamic_model else node.llm)
-        if model not in self.plan.models:
-            raise UnknownModel(f"{self.plan.span('nodes', nid, 'llm')}: model '{model}' is not declared in the graph")
-        renderer = self.endpoints.renderer(model)
-        thread = None
-        thread_builder = None
-        if node.thread:
-            thread = self._thread(r, node.thread)
-            if node.prompt:
-                thread.add_messages(self._messages(("nodes", nid, "prompt"), node.prompt, ctx))
-            decl = self.plan.threads[node.thread]
-            delta = thread.prepare(decl.on_drift)
-            sampled = node.thread in self.plan.training.threads
-            if sampled:
-                thread_builder = r.thread_samples.get(node.thread)
-                if delta.kind == "prompt":
-                    thread_builder = SampleBuilder(delta.ids, rollout_id=r.inp.rollout_id)
-                    r.thread_samples[node.thread] = thread_builder
-                    r.samples.append(thread_builder)
-                elif delta.ids:
-                    for part in delta.parts:
-                        # observation tokens are attributed to the node that appended the message
-                        owner = r.owners.get((node.thread, part.message_index), (nid, visit))
-                        thread_builder.append(delta.ids[part.start:part.end], mask=0, node=owner[0],
-                                              visit=owner[1], kind=part.kind)
-            ids = thread.ids
-        else:
-            ids = renderer.start(self._messages(("nodes", nid, "prompt"), node.prompt, ctx))
-        gen, call = await self._generate(r, model, ids, self._params(nid, node, model, renderer), nid, visit)
-        r.last_finish = gen.finish_reason.type if model == POLICY or node.sample_mode != "none" else r.last_finish
-        mask = 1 if node.trained else 0
-        if node.sample_mode == "call":
-            b = SampleBuilder(ids, rollout_id=r.inp.rollout_id)
-            b.append(gen.output_ids, mask=mask, logprobs=gen.logprobs, node=nid, visit=visit, kind="generated")
-            b.record_call(call)
-            r.samples.append(b.freeze())
-        elif thread_builder is not None:
-            thread_builder.append(gen.output_ids, mask=mask if node.sample_mode == "thread" else 0,
-                                  logprobs=gen.logprobs, node=nid, visit=visit, kind="generated")
-            thread_builder.record_call(call)
-        if thread is not None:
-            text = thread.add_output(gen.output_ids, gen.finish_reason)
-        else:
-            text = _strip_stop(renderer, gen.output_ids)
-        if gen.finish_reason.type == "abort":
-            r.status, r.error = "aborted", f"engine aborted the call of '{nid}'"
-        parsed = parse_output(node.parse, text, self._custom_parser)
-        result = NodeResult(parsed.fields)
-        result.update(text=text, ok=parsed.ok, model=model, finish_reason=gen.finish_reason.type)
-        if parsed.error:
-            result["parse_error"] = parsed.error
-        return result
-
-    def _custom_parser(self, ref: str):
-        from .userfns import user_callable
-
-        return user_callable(self.plan, ref)
-
-    # ------------------------------------------------------------------ tools, rewards, samples
-    async def _tool(self, r: _Rollout, nid: str, node: ToolNode, visit: int, ctx: dict[str, Any]) -> NodeResult:
-        args = self.render.value(("nodes", nid, "args"), node.args, ctx)
-        t0 = self.clock()
-        res = await self.tools.call(node.tool, args, timeout=node.timeout, max_chars=node.max_chars)
-        r.calls.append(CallRecord(node=nid, visit=visit, endpoint=f"tool:{node.tool}", prompt_tokens=0,
-                                  completion_tokens=0, latency_s=round(self.clock() - t0, 6),
-                                  finish_reason="stop" if res.ok else "error", error=res.error,
-                                  start_s=round(t0 - r.t0, 6)))
-        out = NodeResult(res.data if isinstance(res.data, dict) else {})
-        out.update(text=res.text, ok=res.ok, error=res.error)
-        return out
-
-    async def _judge(self, r: _Rollout, model: str, messages: list[dict[str, Any]], max_tokens: int) -> str:
+    # ------------------------------------------------------------------ rewards, samples
+    async def _judge(self, r: RolloutState, model: str, messages: list[dict[str, Any]], max_tokens: int) -> str:
         """A judge call for the reward: same endpoint limits and call accounting as any llm call."""
         if model not in self.plan.models:
             raise UnknownModel(f"{self.plan.span('reward', 'judge')}: judge model '{model}' is not declared")
@@ -450,10 +320,10 @@ class Executor:
         ids = renderer.start(messages)
         params = {**self.sampling, "max_new_tokens": max_tokens, "temperature": 0.0,
                   "stop_token_ids": sorted(renderer.stop_token_ids), "skip_special_tokens": False}
-        gen, _ = await self._generate(r, model, ids, params, "reward", 1)
-        return _strip_stop(renderer, gen.output_ids)
+        gen, _ = await self.generate(r, model, ids, params, "reward", 1)
+        return strip_stop(renderer, gen.output_ids)
 
-    async def _reward(self, r: _Rollout) -> float | dict[str, Any] | None:
+    async def _reward(self, r: RolloutState) -> float | dict[str, Any] | None:
         spec = self.plan.reward
         assert spec is not None
         ctx = self._ctx(r, 0)
@@ -462,7 +332,7 @@ class Executor:
         return await self.rewards.score(spec.fn, args, judge_model=spec.judge,
                                         judge=functools.partial(self._judge, r))
 
-    def _finish_samples(self, r: _Rollout, reward: Any) -> tuple[TrainingSample, ...]:
+    def _finish_samples(self, r: RolloutState, reward: Any) -> tuple[TrainingSample, ...]:
         frozen: list[TrainingSample] = []
         for s in r.samples:
             if isinstance(s, SampleBuilder):
@@ -541,12 +411,6 @@ def _lone_surrogate(value: Any) -> str | None:
             if bad:
                 return bad
     return None
-
-
-def _strip_stop(renderer, ids: tuple[int, ...]) -> str:
-    if ids and ids[-1] in renderer.stop_token_ids:
-        ids = ids[:-1]
-    return renderer.decode(ids)
 
 
 def _copy(value: Any) -> Any:

@@ -21,7 +21,9 @@ from pydantic import BaseModel, ValidationError
 
 from .desugar import desugar
 from .diagnostics import Diagnostic, Span, did_you_mean
-from .model import NODE_KINDS, GraphSpec, LLMNode, Message, Node, SwitchNode, ToolNode
+from .model import GraphSpec, Message, Node
+from .nodes import SELECTORS, UpdateNode, node_kind
+from .walk import walk_strings
 from .yamlsrc import Located, load_yaml
 
 TEMPLATE_FILE = re.compile(r"^[^\s{}]+\.(j2|jinja|jinja2)$")
@@ -173,11 +175,6 @@ def _pydantic_diagnostics(exc: ValidationError, model: type[BaseModel], prefix: 
 # ---------------------------------------------------------------- loading
 
 
-def _node_kind(node: dict) -> str | None:
-    present = [k for k in ("llm", "tool", "switch") if k in node]
-    return present[0] if len(present) == 1 else ("update" if not present else None)
-
-
 def load_graph(path: str | Path) -> tuple[Graph | None, list[Diagnostic]]:
     file = str(path)
     try:
@@ -192,30 +189,36 @@ def load_graph(path: str | Path) -> tuple[Graph | None, list[Diagnostic]]:
         diags.append(Diagnostic("E003", "a graph file is a mapping with name: and nodes:", loc.span(())))
         return None, diags
     doc = desugar(loc.value)
+    nodes: dict[str, Node] = {}
+    node_diags: list[Diagnostic] = []
+    for nid, raw in (doc.get("nodes") or {}).items() if isinstance(doc.get("nodes"), dict) else ():
+        if not isinstance(raw, dict):
+            node_diags.append(Diagnostic("E003", f"node '{nid}' must be a mapping", loc.span(("nodes", nid))))
+            continue
+        cls = node_kind(raw)
+        if cls is None:
+            node_diags.append(Diagnostic("E003", f"node '{nid}' has more than one of {'/'.join(SELECTORS)}",
+                                    loc.span(("nodes", nid), key=True), "split it into one node per action"))
+            continue
+        try:
+            nodes[str(nid)] = cls.model_validate(raw)  # type: ignore[assignment]
+        except ValidationError as exc:
+            node_diags += _pydantic_diagnostics(exc, cls, ("nodes", nid), loc, raw)
+            node = _without_unknown_keys(cls, raw, exc)
+            if node is not None:
+                nodes[str(nid)] = node  # type: ignore[assignment]
+    # The graph as a whole, with the nodes validated above (each node's errors are reported once,
+    # located at the node; a node that did not validate stands in as an empty update node).
+    raw_nodes = doc.get("nodes")
+    if isinstance(raw_nodes, dict):
+        doc = {**doc, "nodes": {nid: nodes.get(str(nid), UpdateNode()) for nid in raw_nodes}}
     spec = None
     try:
         spec = GraphSpec.model_validate(doc)
     except ValidationError as exc:
         diags += _pydantic_diagnostics(exc, GraphSpec, (), loc, doc)
         spec = _without_unknown_keys(GraphSpec, doc, exc)
-    nodes: dict[str, Node] = {}
-    for nid, raw in (doc.get("nodes") or {}).items() if isinstance(doc.get("nodes"), dict) else ():
-        if not isinstance(raw, dict):
-            diags.append(Diagnostic("E003", f"node '{nid}' must be a mapping", loc.span(("nodes", nid))))
-            continue
-        kind = _node_kind(raw)
-        if kind is None:
-            diags.append(Diagnostic("E003", f"node '{nid}' has more than one of llm/tool/switch",
-                                    loc.span(("nodes", nid), key=True), "split it into one node per action"))
-            continue
-        cls = NODE_KINDS[kind]
-        try:
-            nodes[str(nid)] = cls.model_validate(raw)  # type: ignore[assignment]
-        except ValidationError as exc:
-            diags += _pydantic_diagnostics(exc, cls, ("nodes", nid), loc, raw)
-            node = _without_unknown_keys(cls, raw, exc)
-            if node is not None:
-                nodes[str(nid)] = node  # type: ignore[assignment]
+    diags += node_diags  # graph-level problems first, then each node's
     only_unknown_keys = all(d.code in ("E002",) or d.severity != "error" for d in diags)
     if spec is None or not only_unknown_keys or len(nodes) != len(doc.get("nodes") or {}):
         return None, diags
@@ -255,9 +258,8 @@ def _messages(spec: GraphSpec, nodes: dict[str, Node]) -> Iterator[tuple[tuple, 
         for i, m in enumerate(th.prompt):
             yield ("threads", tid, "prompt", i, m.role), m
     for nid, n in nodes.items():
-        if isinstance(n, LLMNode):
-            for i, m in enumerate(n.prompt or ()):
-                yield ("nodes", nid, "prompt", i, m.role), m
+        for path, m in n.messages():
+            yield ("nodes", nid, *path), m
 
 
 def _source_path(loc: Located, path: tuple, text: str) -> tuple:
@@ -335,19 +337,6 @@ def _read_template_files(spec: GraphSpec, nodes: dict[str, Node], file: str, loc
 # ---------------------------------------------------------------- template and expression sites
 
 
-def _walk_values(value: Any, path: tuple, *, keys_too: bool = False) -> Iterator[tuple[tuple, str]]:
-    if isinstance(value, str):
-        yield path, value
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            if keys_too and isinstance(k, str) and "{" in k:
-                yield path + (k, "<key>"), k
-            yield from _walk_values(v, path + (k,), keys_too=keys_too)
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            yield from _walk_values(v, path + (i,), keys_too=keys_too)
-
-
 def _sites(g: Graph) -> Iterator[Site]:
     loc = g.located
 
@@ -367,17 +356,9 @@ def _sites(g: Graph) -> Iterator[Site]:
         base = ("nodes", nid)
         if n.foreach:
             yield site(base + ("foreach", "over"), n.foreach.over, "expression", nid)
-        if isinstance(n, LLMNode):
-            if "{" in n.llm:
-                yield site(base + ("llm",), n.llm, "template", nid)
-            for i, m in enumerate(n.prompt or ()):
-                yield site(base + ("prompt", i, m.role), m.content, "template", nid)
-        if isinstance(n, ToolNode):
-            for p, t in _walk_values(n.args, base + ("args",)):
-                yield site(p, t, "template", nid)
-        if isinstance(n, SwitchNode):
-            yield site(base + ("switch",), n.switch, "expression", nid)
-        for p, t in _walk_values(n.update, base + ("update",), keys_too=True):
+        for path, text, kind in n.sites():
+            yield site(base + path, text, kind, nid)
+        for p, t in walk_strings(n.update, base + ("update",), keys_too=True):
             yield site(p, t, "template", nid)
         if n.append_to:
             yield site(base + ("append_to", "content"), n.append_to.content, "template", nid)
@@ -385,8 +366,8 @@ def _sites(g: Graph) -> Iterator[Site]:
             if b.when is not None:
                 yield site(base + ("next", i, "when"), b.when, "expression", nid)
     if spec.reward:
-        for p, t in _walk_values(spec.reward.args, ("reward", "args")):
+        for p, t in walk_strings(spec.reward.args, ("reward", "args")):
             yield site(p, t, "template", None)
         if spec.reward.group:
-            for p, t in _walk_values(spec.reward.group.args, ("reward", "group", "args")):
+            for p, t in walk_strings(spec.reward.group.args, ("reward", "group", "args")):
                 yield site(p, t, "template", None)

@@ -10,15 +10,16 @@ the bundled graphs against it); every canonical form is accepted; unknown keys a
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, Union
 
 from pydantic import Field
 
-from .model import GraphSpec, LLMNode, SwitchNode, ToolNode, UpdateNode
+from .model import GraphSpec
+from .nodes import KINDS
 
 
 class _SchemaGraph(GraphSpec):
-    nodes: dict[str, LLMNode | ToolNode | SwitchNode | UpdateNode] = Field(  # type: ignore[assignment]
+    nodes: dict[str, Union[KINDS]] = Field(  # type: ignore[assignment,valid-type]
         min_length=1, description="node id -> node (llm, tool, switch, or update-only)")
 
 
@@ -33,7 +34,7 @@ def graph_json_schema() -> dict[str, Any]:
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "graphrl graph"
     defs = schema["$defs"]
-    for name in ("LLMNode", "ToolNode", "SwitchNode", "UpdateNode"):
+    for name in (k.__name__ for k in KINDS):
         props = defs[name]["properties"]
         props.pop("kind", None)
         if "next" in props:

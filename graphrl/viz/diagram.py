@@ -24,7 +24,8 @@ from types import SimpleNamespace
 from typing import Iterable, Sequence
 
 from ..compilers.flow import build_flow
-from ..spec.model import ABORT, END, LLMNode, SwitchNode, ToolNode
+from ..spec.model import ABORT, END, LLMNode
+from ..spec.nodes import NODE_KINDS
 
 START = "__start__"
 ROLE_TEXT = {
@@ -51,6 +52,12 @@ class DNode:
     lines: tuple[str, ...] = ()  # detail lines drawn under the id
     title: str = ""  # full text (a tooltip)
     endpoint: str | None = None  # model name of an llm node
+    shape: str = ""  # rounded | tool | hexagon | dashed (the kind's), or start | end | abort; "" = kind
+
+    @property
+    def form(self) -> str:
+        """How to draw it: the node kind's shape (graphrl.spec.nodes), or the terminal's own."""
+        return self.shape or self.kind
 
 
 @dataclass(frozen=True)
@@ -108,22 +115,7 @@ def _bounds(n) -> list[str]:
 
 
 def _node_lines(n) -> list[str]:
-    if isinstance(n, LLMNode):
-        role = node_role(n)
-        sample = {"call": "own sample per call", "thread": f"thread {n.thread}'s sample", "none": "no sample"}
-        head = f"llm · {n.llm}"
-        second = {"trained": "trained", "masked": "masked", "frozen": "frozen", "none": "not trained"}[role]
-        second += " · " + sample[n.sample_mode]
-        lines = [head, second]
-        if n.thread and n.sample_mode != "thread":
-            lines.append(f"thread {n.thread}")
-    elif isinstance(n, ToolNode):
-        lines = [f"tool · {n.tool}"]
-    elif isinstance(n, SwitchNode):
-        lines = [f"switch {n.switch}"]
-    else:
-        lines = ["update " + ", ".join(n.update) if n.update else "update"]
-    return lines + _bounds(n)
+    return n.lines() + _bounds(n)
 
 
 def edge_style(labels: Sequence[str]) -> str:
@@ -166,7 +158,8 @@ def diagram_from_plan(plan) -> Diagram:
     for nid, n in plan.nodes.items():
         lines = tuple(short(x) for x in _node_lines(n))
         title = "\n".join([nid] + _node_lines(n) + ([n.description] if n.description else []))
-        nodes.append(DNode(nid, n.kind, node_role(n), lines, title, n.llm if isinstance(n, LLMNode) else None))
+        nodes.append(DNode(nid, n.kind, node_role(n), lines, title, n.llm if isinstance(n, LLMNode) else None,
+                           type(n).shape))
     for term in (END, ABORT):
         if dg.in_degree(term):
             nodes.append(DNode(term, term, "terminal", (), term))
@@ -203,7 +196,8 @@ def diagram_from_paths(name: str, paths: Iterable[Sequence[tuple[str, int]]],
         ep = endpoints.get(nid)
         kind = "llm" if ep and not ep.startswith("tool:") else ("tool" if ep else "update")
         lines = (f"{kind} · {ep.removeprefix('tool:')}",) if ep else ()
-        nodes.append(DNode(nid, kind, roles.get(nid, "none"), lines, nid, ep if kind == "llm" else None))
+        nodes.append(DNode(nid, kind, roles.get(nid, "none"), lines, nid, ep if kind == "llm" else None,
+                           NODE_KINDS[kind].shape))
     for term in (END, ABORT):
         if any(dst == term for _, dst in pairs):
             nodes.append(DNode(term, term, "terminal", (), term))

@@ -75,15 +75,15 @@ def diagram_layout(d: Diagram) -> Layout:
 
 def _shape(n: DNode, x0: float, y0: float, w: float, h: float, fill: str, stroke: str) -> str:
     a = f'fill="{fill}" stroke="{stroke}" stroke-width="1.5"'
-    if n.kind == "switch":
+    if n.form == "hexagon":
         k = min(12.0, h / 2)
         pts = [(x0 + k, y0), (x0 + w - k, y0), (x0 + w, y0 + h / 2), (x0 + w - k, y0 + h), (x0 + k, y0 + h),
                (x0, y0 + h / 2)]
         return f'<polygon points="{" ".join(f"{fmt(px)},{fmt(py)}" for px, py in pts)}" {a}/>'
-    rx = {"llm": 10, "tool": 2, "update": 2}.get(n.kind, 10)
-    dash = ' stroke-dasharray="5 3"' if n.kind == "update" else ""
+    rx = {"rounded": 10, "tool": 2, "dashed": 2}.get(n.form, 10)
+    dash = ' stroke-dasharray="5 3"' if n.form == "dashed" else ""
     out = f'<rect x="{fmt(x0)}" y="{fmt(y0)}" width="{fmt(w)}" height="{fmt(h)}" rx="{rx}" {a}{dash}/>'
-    if n.kind == "tool":
+    if n.form == "tool":
         out += (f'<line x1="{fmt(x0 + 5)}" y1="{fmt(y0)}" x2="{fmt(x0 + 5)}" y2="{fmt(y0 + h)}" '
                 f'stroke="{stroke}" stroke-width="1.5"/>')
     return out

@@ -31,8 +31,8 @@ def _dq(text: str) -> str:
     return '"' + _esc(text) + '"'
 
 
-DOT_SHAPES = {"llm": ("box", "rounded,filled"), "tool": ("component", "filled"), "switch": ("hexagon", "filled"),
-              "update": ("box", "dashed,filled"), "start": ("point", "filled"), "end": ("box", "rounded,filled"),
+DOT_SHAPES = {"rounded": ("box", "rounded,filled"), "tool": ("component", "filled"), "hexagon": ("hexagon", "filled"),
+              "dashed": ("box", "dashed,filled"), "start": ("point", "filled"), "end": ("box", "rounded,filled"),
               "abort": ("box", "rounded,filled")}
 
 
@@ -42,7 +42,7 @@ def to_dot(d: Diagram) -> str:
              f"  node [fontname={_dq(FONT)}, fontsize=11, margin=\"0.15,0.06\"];",
              f"  edge [fontname={_dq(FONT)}, fontsize=10];"]
     for n in d.nodes:
-        shape, style = DOT_SHAPES[n.kind]
+        shape, style = DOT_SHAPES[n.form]
         if n.kind == "start":
             lines.append(f"  {_dq(n.id)} [shape=point, width=0.15, color=\"#343a40\", tooltip=\"start\"];")
             continue
@@ -82,14 +82,14 @@ def _mq(text: str) -> str:
     return text
 
 
-MERMAID_SHAPES = {"llm": ('("', '")'), "tool": ('[["', '"]]'), "switch": ('{{"', '"}}'), "update": ('["', '"]'),
+MERMAID_SHAPES = {"rounded": ('("', '")'), "tool": ('[["', '"]]'), "hexagon": ('{{"', '"}}'), "dashed": ('["', '"]'),
                   "start": ('(("', '"))'), "end": ('(["', '"])'), "abort": ('(["', '"])')}
 
 
 def to_mermaid(d: Diagram) -> str:
     lines = ["---", f"title: {d.name}", "---", "flowchart TD"]
     for n in d.nodes:
-        a, b = MERMAID_SHAPES[n.kind]
+        a, b = MERMAID_SHAPES[n.form]
         text = "start" if n.kind == "start" else "<br/>".join([f"<b>{_mq(n.id)}</b>"] + [_mq(x) for x in n.lines])
         lines.append(f"  {_mid(n.id)}{a}{text}{b}")
     for e in d.edges:

@@ -1,0 +1,90 @@
+"""LLM nodes: render -> generate -> record.
+
+render: a fresh prompt (`prompt:`), or the node's messages appended to its thread and the delta
+rendered (`TrainedThread.prepare`); generate: one engine call with the node's sampling parameters;
+record: the engine's ids verbatim into the call's own sample (`sample: call`) and/or the thread
+(and its sample), then the parsed result.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...spec.common import POLICY
+from ..ledger import SampleBuilder
+from ..parsers import parse_output
+from ..rollout import RolloutState, StepServices
+from ..scope import NodeResult
+from ..services import UnknownModel
+from .base import Handler
+
+
+def sampling_params(ex: StepServices, node: Any, model: str, stop_token_ids: frozenset[int] | set[int]
+                    ) -> dict[str, Any]:
+    """The run's base sampling parameters, then the model's and the node's; stops and lengths are the node's."""
+    p = dict(ex.sampling)
+    decl = ex.plan.models.get(model)
+    for key in ("temperature", "top_p", "top_k"):
+        v = getattr(node, key)
+        if v is None and decl is not None:
+            v = getattr(decl, key)
+        if v is not None:
+            p[key] = v
+    p["max_new_tokens"] = node.max_tokens
+    if node.stop:
+        p["stop"] = list(node.stop)
+    p["stop_token_ids"] = sorted(set(p.get("stop_token_ids") or ()) | set(stop_token_ids))
+    p.setdefault("skip_special_tokens", False)
+    p.setdefault("no_stop_trim", True)
+    p.setdefault("spaces_between_special_tokens", False)
+    return p
+
+
+def strip_stop(renderer: Any, ids: tuple[int, ...]) -> str:
+    if ids and ids[-1] in renderer.stop_token_ids:
+        ids = ids[:-1]
+    return renderer.decode(ids)
+
+
+async def run_llm(ex: StepServices, r: RolloutState, nid: str, node: Any, visit: int,
+                  ctx: dict[str, Any]) -> NodeResult:
+    # render
+    model = (ex.render.text(("nodes", nid, "llm"), node.llm, ctx).strip() if node.dynamic_model else node.llm)
+    if model not in ex.plan.models:
+        raise UnknownModel(f"{ex.plan.span('nodes', nid, 'llm')}: model '{model}' is not declared in the graph")
+    renderer = ex.endpoints.renderer(model)
+    thread = None
+    if node.thread:
+        thread = ex.thread(r, node.thread)
+        if node.prompt:
+            thread.add_messages(ex.messages(("nodes", nid, "prompt"), node.prompt, ctx))
+        ids = thread.prepare(ex.plan.threads[node.thread].on_drift, node=nid, visit=visit)
+    else:
+        ids = renderer.start(ex.messages(("nodes", nid, "prompt"), node.prompt, ctx))
+    # generate
+    gen, call = await ex.generate(r, model, ids, sampling_params(ex, node, model, renderer.stop_token_ids), nid, visit)
+    if model == POLICY or node.sample_mode != "none":
+        r.last_finish = gen.finish_reason.type
+    # record
+    mask = 1 if node.trained else 0
+    if node.sample_mode == "call":
+        b = SampleBuilder(ids, rollout_id=r.inp.rollout_id)
+        b.append(gen.output_ids, mask=mask, logprobs=gen.logprobs, node=nid, visit=visit, kind="generated")
+        b.record_call(call)
+        r.samples.append(b.freeze())
+    if thread is not None:
+        text = thread.record_output(gen.output_ids, gen.logprobs, gen.finish_reason,
+                                    mask=mask if node.sample_mode == "thread" else 0, node=nid, visit=visit, call=call)
+    else:
+        text = strip_stop(renderer, gen.output_ids)
+    if gen.finish_reason.type == "abort":
+        r.status, r.error = "aborted", f"engine aborted the call of '{nid}'"
+    parsed = parse_output(node.parse, text, ex.user_callable)
+    result = NodeResult(parsed.fields)
+    result.update(text=text, ok=parsed.ok, model=model, finish_reason=gen.finish_reason.type)
+    if parsed.error:
+        result["parse_error"] = parsed.error
+    return result
+
+
+HANDLER = Handler(run=run_llm)

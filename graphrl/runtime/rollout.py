@@ -1,0 +1,72 @@
+"""One rollout in flight, and what the executor offers the node handlers.
+
+Input/Output: `RolloutState` (mutable, one per rollout, owned by the executor) and `StepServices`,
+the protocol of the executor's services a handler in `graphrl.runtime.handlers` may call.
+Invariant: handlers change a rollout only through its `RolloutState` and these services.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Protocol
+
+from ..engines.base import Generation
+from ..plan import Plan
+from .ledger import CallRecord, SampleBuilder, TrainingSample
+from .scope import Renderer
+from .services import Endpoints, ToolRunner
+from .trained_thread import TrainedThread
+
+
+class RolloutFault(Exception):
+    """Ends one rollout with `status` (e.g. an input missing from the row)."""
+
+    def __init__(self, message: str, status: str = "failed"):
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class RolloutInput:
+    row: Mapping[str, Any]  # {"prompt", "label", "metadata"}
+    rollout_id: int | str
+    group: int = 0
+    seed: int | None = None
+    session_id: str | None = None
+
+
+@dataclass
+class RolloutState:
+    inp: RolloutInput
+    ns: dict[str, Any]
+    state: dict[str, Any]
+    visits: dict[str, int] = field(default_factory=dict)
+    threads: dict[str, TrainedThread] = field(default_factory=dict)
+    samples: list[TrainingSample | SampleBuilder] = field(default_factory=list)  # in creation order
+    path: list[tuple[str, int]] = field(default_factory=list)
+    calls: list[CallRecord] = field(default_factory=list)
+    policy_tokens: int = 0
+    steps: int = 0
+    t0: float = 0.0
+    last_finish: str | None = None
+    engine_s: float = 0.0
+    status: str = "completed"
+    error: str | None = None
+
+
+class StepServices(Protocol):
+    plan: Plan
+    render: Renderer
+    endpoints: Endpoints
+    tools: ToolRunner
+    sampling: dict[str, Any]
+    clock: Callable[[], float]
+
+    def thread(self, r: RolloutState, name: str) -> TrainedThread: ...
+
+    def messages(self, path: tuple, prompt: Any, ctx: dict[str, Any]) -> list[dict[str, Any]]: ...
+
+    async def generate(self, r: RolloutState, model: str, ids: tuple[int, ...], params: dict[str, Any],
+                       nid: str, visit: int) -> tuple[Generation, CallRecord]: ...
+
+    def user_callable(self, ref: str) -> Callable[..., Any]: ...
