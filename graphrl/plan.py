@@ -20,10 +20,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from .spec.model import InputDecl, Limits, ModelDecl, Reward, SlimeSettings, StateVar, Thread
+from .errors import UsageProblem
+from .spec.model import InputDecl, Limits, ModelDecl, Reward, StateVar, Thread
 from .spec.nodes import PlanNode
 
-PLAN_FORMAT = "graphrl.plan/1"
+PLAN_FORMAT = "graphrl.plan/2"  # /2: target sections under `targets` (was a fixed `slime` key)
 
 class TemplateFile(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -43,7 +44,7 @@ class Plan(BaseModel):
     """The frozen execution plan; `graphrl run` and the slime target execute exactly this."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
-    format: Literal["graphrl.plan/1"] = PLAN_FORMAT
+    format: Literal["graphrl.plan/2"] = PLAN_FORMAT
     graphrl_version: str
     name: str
     description: str | None = None
@@ -56,7 +57,7 @@ class Plan(BaseModel):
     nodes: dict[str, PlanNode]
     reward: Reward | None = None
     limits: Limits
-    slime: SlimeSettings
+    targets: dict[str, dict[str, Any]]  # each compile target's section of the graph, as JSON
     training: Training
     templates: dict[str, TemplateFile]
     spans: dict[str, str]
@@ -78,5 +79,17 @@ def plan_json(plan: Plan) -> str:
     return json.dumps(data, indent=2, ensure_ascii=False, sort_keys=False) + "\n"
 
 
+class PlanFormatError(UsageProblem):
+    """A plan.json written by another plan format version: recompile the graph."""
+
+
 def load_plan(path: str | Path) -> Plan:
-    return Plan.model_validate_json(Path(path).read_text(encoding="utf-8"))
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        fmt = json.loads(text).get("format")
+    except (ValueError, AttributeError):
+        fmt = None
+    if isinstance(fmt, str) and fmt.startswith("graphrl.plan/") and fmt != PLAN_FORMAT:
+        raise PlanFormatError(f"{path}: plan format {fmt}, this graphrl reads {PLAN_FORMAT}: "
+                              "recompile the graph (graphrl compile GRAPH -o DIR)")
+    return Plan.model_validate_json(text)

@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 from ..compilers.checks import check_file
 from ..compilers.lower import lower
-from ..compilers.slime.emit import write_slime_target
+from ..compilers.targets import find_target
 from ..errors import EXIT_OK, MissingDependency, UsageProblem
 from ..spec.diagnostics import has_errors
 from .report import report
@@ -67,7 +67,7 @@ def compile_all(graphs_dir: Path, out_dir: Path, echo: Callable[[str], None]) ->
             continue
         plan = plans[f.stem] = lower(g)
         target = out_dir / f.stem
-        write_slime_target(plan, target)
+        find_target("slime").emit(plan, target)
         kinds: dict[str, int] = {}
         for n in plan.nodes.values():
             kinds[n.kind] = kinds.get(n.kind, 0) + 1

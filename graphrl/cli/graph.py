@@ -10,7 +10,7 @@ import click
 
 from ..compilers.checks import check_file
 from ..compilers.lower import lower
-from ..compilers.slime.emit import write_slime_target
+from ..compilers.targets import TARGETS, find_target, sections
 from ..spec.diagnostics import has_errors
 from ..spec.schema import graph_json_schema
 from ._common import print_report
@@ -38,8 +38,10 @@ def check(graphs: tuple[str, ...], as_json: bool) -> None:
 @click.option("-o", "--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Output directory (created if missing).")
 @click.option("--json", "as_json", is_flag=True, help="Print diagnostics as JSON on stdout.")
-def compile_(graph: str, out_dir: str, as_json: bool) -> None:
-    """Check a graph and compile it for slime into OUT.
+@click.option("--target", "target_name", default="slime", show_default=True,
+              type=click.Choice([t.name for t in TARGETS]), help="The compile target.")
+def compile_(graph: str, out_dir: str, as_json: bool, target_name: str) -> None:
+    """Check a graph and compile it for a training framework (slime) into OUT.
 
     Writes OUT/plan.json (the frozen plan), OUT/graphrl_<name>.py (slime's generate / reward
     functions), OUT/slime_args.yaml, OUT/launch.sh, OUT/README.md (+ OUT/sglang_config.yaml when
@@ -54,7 +56,7 @@ def compile_(graph: str, out_dir: str, as_json: bool) -> None:
         sys.exit(print_report([(graph, diags)], as_json))
     if diags:
         print_report([(graph, diags)], as_json)
-    written = write_slime_target(lower(g), out_dir)
+    written = find_target(target_name).emit(lower(g), Path(out_dir))
     if not as_json:
         click.echo("wrote " + ", ".join(str(p) for p in written))
 
@@ -71,7 +73,7 @@ def schema(out_file: str | None) -> None:
     Example:
       graphrl schema -o docs/graph.schema.json
     """
-    text = json.dumps(graph_json_schema(), indent=2, sort_keys=True) + "\n"
+    text = json.dumps(graph_json_schema(sections(TARGETS)), indent=2, sort_keys=True) + "\n"
     if out_file:
         Path(out_file).write_text(text, encoding="utf-8")
     else:

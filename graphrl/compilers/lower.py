@@ -21,7 +21,7 @@ from ..spec.diagnostics import Diagnostic, has_errors
 from ..spec.load import Graph
 from ..spec.model import POLICY, GraphSpec, LLMNode, ModelDecl, Thread
 from .checks import check_file
-from .checks.training import DEFAULT_MAX_TOKENS, sample_layout
+from .layout import DEFAULT_MAX_TOKENS, sample_layout
 from .flow import build_flow
 
 def _rel(path: str) -> str:
@@ -102,7 +102,7 @@ def lower(g: Graph) -> Plan:
         nodes={nid: _resolve_node(g, nid, inlined) for nid in g.nodes},
         reward=spec.reward,
         limits=spec.limits,
-        slime=spec.slime,
+        targets={name: settings.model_dump(mode="json") for name, settings in sorted(g.targets.items())},
         training=Training(per_call=layout.per_call, threads=layout.threads, fanout=layout.fanout,
                           trained_nodes=tuple(nid for nid, n in g.nodes.items()
                                               if isinstance(n, LLMNode) and n.trained)),

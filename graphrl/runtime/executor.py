@@ -32,6 +32,7 @@ from .chat import NotAppendOnlyError
 from .handlers import HANDLERS
 from .handlers.llm import strip_stop
 from .ledger import CallRecord, LedgerError, SampleBuilder, TrainingSample, assign_credit
+from .outcome import reward_scalar
 from .rollout import RolloutFault, RolloutInput, RolloutState
 from .scope import NodeResult, Renderer, RenderError, merge_state
 from .services import Endpoints, RewardScorer, ToolRunner, UnknownModel
@@ -97,7 +98,7 @@ class Executor:
                 reward = await self._reward(r)
                 if reward is None:
                     raise TypeError(f"{self.plan.reward.fn} returned None (a float or a dict is expected)")
-                _scalar(reward, self.plan.reward.key)  # a value credit cannot be split from fails here
+                reward_scalar(reward, self.plan.reward.key)  # a value credit cannot be split from fails here
             except Exception as exc:  # user reward code may raise anything: it fails this rollout only
                 reward = None
                 r.status, r.error = "failed", f"reward: {type(exc).__name__}: {exc}"
@@ -343,7 +344,7 @@ class Executor:
             frozen.append(s)
         credits: tuple[Any, ...] = (None,) * len(frozen)
         if reward is not None and frozen and self.plan.reward is not None:
-            credits = assign_credit(_scalar(reward, self.plan.reward.key), len(frozen), self.plan.reward.credit)
+            credits = assign_credit(reward_scalar(reward, self.plan.reward.key), len(frozen), self.plan.reward.credit)
         out = []
         for i, (s, credit) in enumerate(zip(frozen, credits)):
             status = r.status if r.status in ("aborted", "failed") else s.status
@@ -366,17 +367,6 @@ def usage(calls: list[CallRecord]) -> dict[str, Any]:
             "prompt_tokens": sum(c.prompt_tokens for c in calls),
             "completion_tokens": sum(c.completion_tokens for c in calls),
             "calls": by_node, "endpoints": by_endpoint}
-
-
-def _scalar(reward: Any, key: str | None) -> Any:
-    if isinstance(reward, Mapping):
-        if key is not None:
-            if key not in reward:
-                raise KeyError(f"the reward has no key '{key}' (reward.key); it has {sorted(reward)}")
-            return float(reward[key])
-        numeric = {k: float(v) for k, v in reward.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-        return numeric
-    return float(reward)
 
 
 def _is_message(x: Any) -> bool:

@@ -15,7 +15,7 @@ import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator, Mapping
 
 from pydantic import BaseModel, ValidationError
 
@@ -71,6 +71,7 @@ class Graph:
     file: str
     located: Located = field(repr=False, compare=False)
     templates: dict[tuple, TemplateSource] = field(repr=False, compare=False)  # path -> source
+    targets: dict[str, BaseModel] = field(default_factory=dict)  # a compile target's section, by its name
 
     @property
     def base_dir(self) -> Path:
@@ -145,7 +146,7 @@ _MISSING = object()
 
 
 def _pydantic_diagnostics(exc: ValidationError, model: type[BaseModel], prefix: tuple,
-                          loc_: Located, doc: Any) -> list[Diagnostic]:
+                          loc_: Located, doc: Any, extra_keys: Iterable[str] = ()) -> list[Diagnostic]:
     out = []
     for err in exc.errors():
         loc = _doc_loc(doc, tuple(err["loc"]))
@@ -153,7 +154,7 @@ def _pydantic_diagnostics(exc: ValidationError, model: type[BaseModel], prefix: 
         typ = err["type"]
         if typ == "extra_forbidden":
             key = loc[-1] if loc else "?"
-            allowed = _allowed_keys(model, loc[:-1])
+            allowed = _allowed_keys(model, loc[:-1]) + (list(extra_keys) if len(loc) == 1 else [])
             hint = did_you_mean(str(key), allowed) or (
                 f"allowed keys here: {', '.join(sorted(allowed))}" if allowed else None)
             out.append(Diagnostic("E002", f"unknown key '{key}'", loc_.span(path, key=True), hint))
@@ -175,7 +176,10 @@ def _pydantic_diagnostics(exc: ValidationError, model: type[BaseModel], prefix: 
 # ---------------------------------------------------------------- loading
 
 
-def load_graph(path: str | Path) -> tuple[Graph | None, list[Diagnostic]]:
+def load_graph(path: str | Path, *, sections: Mapping[str, type[BaseModel]] | None = None
+               ) -> tuple[Graph | None, list[Diagnostic]]:
+    """`sections`: top-level keys owned by compile targets (e.g. `slime`), each with its settings
+    model; they are validated here with located errors, and any other unknown key is E002."""
     file = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -189,6 +193,17 @@ def load_graph(path: str | Path) -> tuple[Graph | None, list[Diagnostic]]:
         diags.append(Diagnostic("E003", "a graph file is a mapping with name: and nodes:", loc.span(())))
         return None, diags
     doc = desugar(loc.value)
+    sections = dict(sections or {})
+    targets: dict[str, BaseModel] = {}
+    for name, model in sections.items():
+        if name not in doc:
+            continue
+        raw_section = doc[name]
+        doc = {k: v for k, v in doc.items() if k != name}
+        try:
+            targets[name] = model.model_validate({} if raw_section is None else raw_section)
+        except ValidationError as exc:
+            diags += _pydantic_diagnostics(exc, model, (name,), loc, raw_section)
     nodes: dict[str, Node] = {}
     node_diags: list[Diagnostic] = []
     for nid, raw in (doc.get("nodes") or {}).items() if isinstance(doc.get("nodes"), dict) else ():
@@ -216,7 +231,7 @@ def load_graph(path: str | Path) -> tuple[Graph | None, list[Diagnostic]]:
     try:
         spec = GraphSpec.model_validate(doc)
     except ValidationError as exc:
-        diags += _pydantic_diagnostics(exc, GraphSpec, (), loc, doc)
+        diags += _pydantic_diagnostics(exc, GraphSpec, (), loc, doc, extra_keys=sections)
         spec = _without_unknown_keys(GraphSpec, doc, exc)
     diags += node_diags  # graph-level problems first, then each node's
     only_unknown_keys = all(d.code in ("E002",) or d.severity != "error" for d in diags)
@@ -227,7 +242,7 @@ def load_graph(path: str | Path) -> tuple[Graph | None, list[Diagnostic]]:
         return None, diags
     # With only unknown keys wrong, the graph (those keys dropped) is still analysed, so that every
     # problem is reported at once; callers treat any error diagnostic as failure.
-    return Graph(spec=spec, nodes=nodes, file=file, located=loc, templates=templates), diags
+    return Graph(spec=spec, nodes=nodes, file=file, located=loc, templates=templates, targets=targets), diags
 
 
 def _without_unknown_keys(model: type[BaseModel], doc: Any, exc: ValidationError) -> Any:

@@ -83,7 +83,7 @@ class Thread(_Base):
         "fail", description="what to do when the chat template is not append-only for a transition")
 
 
-# ---------------------------------------------------------------- reward, limits, slime, graph
+# ---------------------------------------------------------------- reward, limits, graph
 
 
 class GroupReward(_Base):
@@ -109,15 +109,6 @@ class Limits(_Base):
     max_tokens: int | None = Field(None, ge=1, description="default max new tokens per llm call")
 
 
-class SlimeSettings(_Base):
-    """slime options that change how the graph must be compiled (checked against fan-out)."""
-
-    partial_rollout: bool = False
-    group_rm: bool = False
-    dynamic_sampling_filter: str | None = None
-    extra_args: list[str] = Field(default_factory=list)
-
-
 class GraphSpec(_Base):
     name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.-]*$")
     description: str | None = None
@@ -131,5 +122,4 @@ class GraphSpec(_Base):
     nodes: dict[str, AnyNode] = Field(min_length=1, description="node id -> node (llm, tool, switch, or update-only)")
     reward: Reward | None = None
     limits: Limits = Field(default_factory=Limits)
-    slime: SlimeSettings = Field(default_factory=SlimeSettings)
 

@@ -10,9 +10,9 @@ the bundled graphs against it); every canonical form is accepted; unknown keys a
 from __future__ import annotations
 
 import copy
-from typing import Any, Union
+from typing import Any, Mapping, Union
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from .model import GraphSpec
 from .nodes import KINDS
@@ -29,7 +29,8 @@ def _or_string(prop: dict[str, Any], what: str) -> dict[str, Any]:
 
 
 
-def graph_json_schema() -> dict[str, Any]:
+def graph_json_schema(sections: Mapping[str, type[BaseModel]] | None = None) -> dict[str, Any]:
+    """The schema; `sections`: the compile targets' graph sections (name -> settings model)."""
     schema = copy.deepcopy(_SchemaGraph.model_json_schema(by_alias=True))
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "graphrl graph"
@@ -54,5 +55,10 @@ def graph_json_schema() -> dict[str, Any]:
         {"$ref": "#/$defs/StateVar"}, {"not": {"type": "object"}, "description": "shorthand: the default value"}]}
     props["inputs"]["additionalProperties"] = {"anyOf": [
         {"$ref": "#/$defs/InputDecl"}, {"type": "string", "description": "shorthand: the row expression"}]}
+    for name, model in sorted((sections or {}).items()):
+        sub = model.model_json_schema(by_alias=True)
+        defs.update(sub.pop("$defs", {}))
+        defs[model.__name__] = sub
+        props[name] = {"$ref": f"#/$defs/{model.__name__}"}
     props["reward"] = {"anyOf": [{"$ref": "#/$defs/Reward"}, {"type": "string"}, {"type": "null"}]}
     return schema

@@ -8,10 +8,12 @@ Invariant: a check never raises for bad input; a bug in a check is reported as s
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 from ...spec.diagnostics import Diagnostic, sort_diagnostics
 from ...spec.load import Graph, load_graph
 from ..flow import build_flow
+from ..targets import TARGETS, Target, sections
 from . import graph, refs, templates, training
 
 CHECKS = (
@@ -28,21 +30,25 @@ CHECKS = (
     templates.check_templates,
     training.trained_frozen,
     training.no_trained,
-    training.fanout_settings,
     training.context_overflow,
 )
 
 
-def run_checks(g: Graph) -> list[Diagnostic]:
+def run_checks(g: Graph, targets: Sequence[Target] = TARGETS) -> list[Diagnostic]:
+    """Every check, then each target's own checks with the graph's settings for it (or the defaults)."""
     flow = build_flow(g)
     out: list[Diagnostic] = []
     for check in CHECKS:
         out.extend(check(g, flow))
+    for t in targets:
+        out.extend(t.check(g, flow, g.targets.get(t.name) or t.settings()))
     return sort_diagnostics(out)
 
 
-def check_file(path: str | Path) -> tuple[Graph | None, list[Diagnostic]]:
-    g, diags = load_graph(path)
+def check_file(path: str | Path, targets: Sequence[Target] = TARGETS) -> tuple[Graph | None, list[Diagnostic]]:
+    """Load and check a graph file; the targets' sections (e.g. `slime:`) are part of the language."""
+    g, diags = load_graph(path, sections=sections(targets))
     if g is None:
         return None, sort_diagnostics(diags)
-    return g, sort_diagnostics(diags + run_checks(g))
+    return g, sort_diagnostics(diags + run_checks(g, targets))
+

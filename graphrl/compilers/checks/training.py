@@ -1,51 +1,23 @@
-"""Training checks: what gets trained, fan-out against slime settings, worst-case context use.
+"""Training checks: what gets trained, worst-case context use.
 
-Input: `Graph` + `Flow`. Output: diagnostics E401, W402, E403, W404, W405, and the helper
+Input: `Graph` + `Flow`. Output: diagnostics E401, W402, W404, W405 (E403, fan-out against slime's settings, is the slime
+target's check), and the helper
 `sample_layout(g, flow)` that lowering reuses (which nodes/threads make training samples, and
 whether one rollout can yield several samples: "fan-out", docs/architecture.md, slime contract §1).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Iterator
 
-import networkx as nx
 
 from ...spec.diagnostics import Diagnostic
 from ...spec.load import Graph
 from ...spec.model import POLICY, LLMNode
 from ..flow import Flow
+from ..layout import DEFAULT_MAX_TOKENS, SampleLayout, sample_layout, visit_bound  # noqa: F401 - re-exported
 
-DEFAULT_MAX_TOKENS = 1024  # the runtime's default when neither the node nor limits.max_tokens sets it
 CHARS_PER_TOKEN = 3  # a conservative estimate for template text (templates are not tokenised here)
-
-
-@dataclass(frozen=True)
-class SampleLayout:
-    per_call: tuple[str, ...]  # nodes whose every call is its own training sample
-    threads: tuple[str, ...]  # threads that form one training sample each
-    fanout: bool  # one rollout can yield more than one training sample
-
-
-def visit_bound(g: Graph, flow: Flow, nid: str) -> int | None:
-    """Upper bound on calls of a node per rollout (foreach items x visits); None when unbounded."""
-    n = g.nodes[nid]
-    on_cycle = any(nid in c and (len(c) > 1 or flow.graph.has_edge(nid, nid))
-                   for c in nx.strongly_connected_components(flow.graph))
-    visits = (n.max_visits or g.spec.limits.max_steps) if on_cycle else 1
-    if n.foreach:
-        return None if visits is None or n.foreach.max is None else visits * n.foreach.max
-    return visits
-
-
-def sample_layout(g: Graph, flow: Flow) -> SampleLayout:
-    per_call = tuple(nid for nid, n in g.nodes.items() if isinstance(n, LLMNode) and n.sample_mode == "call")
-    threads = tuple(sorted({n.thread for n in g.nodes.values()
-                            if isinstance(n, LLMNode) and n.sample_mode == "thread" and n.thread}))
-    calls = sum((visit_bound(g, flow, nid) or 2) for nid in per_call)
-    drift = any(g.spec.threads[t].on_drift == "new_sample" for t in threads if t in g.spec.threads)
-    return SampleLayout(per_call, threads, calls + len(threads) > 1 or drift)
 
 
 def trained_frozen(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
@@ -64,20 +36,6 @@ def no_trained(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
         if isinstance(n, LLMNode) and n.on_policy and n.sample_mode != "none" and not n.trained:
             yield Diagnostic("W405", f"policy node '{nid}' enters a training sample but none of its tokens are trained",
                              g.span("nodes", nid, key=True), "set sample: none if it should stay out of training")
-
-
-def fanout_settings(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
-    if not sample_layout(g, flow).fanout:
-        return
-    s = g.spec.slime
-    bad = [("partial_rollout", s.partial_rollout, "ABORTED siblings cannot re-enter generate as one sample"),
-           ("group_rm", s.group_rm, "slime's group RM expects one sample per rollout"),
-           ("dynamic_sampling_filter", bool(s.dynamic_sampling_filter), "filters count samples, not rollouts")]
-    for key, on, why in bad:
-        if on:
-            yield Diagnostic("E403", f"this graph yields several training samples per rollout (fan-out); "
-                             f"slime's {key} breaks that: {why}", g.span("slime", key),
-                             "remove it; graphrl's compiled reward post-process normalises per prompt group")
 
 
 def context_overflow(g: Graph, flow: Flow) -> Iterator[Diagnostic]:

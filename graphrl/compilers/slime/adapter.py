@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 from ...runtime.chat import ChatRenderer
 from ...runtime.executor import Executor, RolloutInput, RolloutResult, usage
-from ...runtime.ledger import TrainingSample
+from ...runtime.outcome import settle
 from ...runtime.services import endpoints_for_plan
 from ...spec.model import POLICY
 from ...plan import Plan, load_plan
@@ -135,54 +135,42 @@ class SlimeTarget:
 
     def _to_slime(self, args: Any, sample: Any, pristine: Any, res: RolloutResult, wired: _Wired,
                   evaluation: bool) -> Any:
+        """Write the settled outcome (graphrl.runtime.outcome) into slime's Sample fields."""
         plan = self.plan()
-        status = "aborted" if res.status == "aborted" or any(c.finish_reason == "abort" for c in res.calls) \
-            else res.status
-        ok = status in ("completed", "truncated")
-        rollout_reward = _scalar(res.reward, plan) if ok and res.reward is not None else None
         has_reward = plan.reward is not None
-        raw = _as_float(self._reward_value(args, rollout_reward), args) if has_reward else None
-        renderer = wired.endpoints.renderer(POLICY)
-        base = {"graph": plan.name, "rollout_id": res.rollout_id, "num_samples": len(res.samples),
-                "status": status, "error": res.error, "credit": plan.reward.credit if plan.reward else None}
-        if has_reward:  # the uncredited reward post_process_rewards normalises (None: failed, counts as 0)
-            base["rollout_reward"] = rollout_reward
-            base["reward_detail"] = _jsonable(res.reward)  # e.g. the whole dict a reward returned
         # an eval dataset with its own --custom-rm-path (slime sets sample.custom_rm_path): slime scores it
         slime_scores = not has_reward or (evaluation and bool(getattr(sample, "custom_rm_path", None)))
+        outcome = settle(plan, res, evaluation=evaluation, scored_elsewhere=slime_scores)
+        raw = _as_float(self._reward_value(args, outcome.rollout_reward), args) if has_reward else None
+        renderer = wired.endpoints.renderer(POLICY)
+        base = {"graph": plan.name, "rollout_id": res.rollout_id, "num_samples": len(res.samples),
+                "status": outcome.status, "error": res.error,
+                "credit": plan.reward.credit if plan.reward else None}
+        if has_reward:  # the uncredited reward post_process_rewards normalises (None: failed, counts as 0)
+            base["rollout_reward"] = outcome.rollout_reward
+            base["reward_detail"] = _jsonable(res.reward)  # e.g. the whole dict a reward returned
         rollout_info = {"path": [list(p) for p in res.path], "rollout_calls": [c.to_json() for c in res.calls],
                         "usage": usage(list(res.calls)), "state": _jsonable(res.state)}
-        samples: list[TrainingSample] = list(res.samples)
-        if evaluation and len(samples) > 1:
-            samples = [samples[-1]]  # eval: one sample per rollout, with the whole reward
-        if len(samples) > 1 and pristine is None:
+        if len(outcome.samples) > 1 and pristine is None:
             raise AssertionError(f"graph '{plan.name}' was compiled as one sample per rollout but yielded "
-                                 f"{len(samples)}: recompile it with this graphrl")
+                                 f"{len(outcome.samples)}: recompile it with this graphrl")
         out = []
-        for i, s in enumerate(samples):
+        for i, so in enumerate(outcome.samples):
+            s = so.sample
             target = sample if i == 0 else copy.deepcopy(pristine)
             fill.write_tokens(target, s, args)
-            if slime_scores:
-                reward = None
-            elif not ok:
-                reward = self._zero(args)
-            else:  # eval: the rollout's whole reward on its one sample; training: the sample's credit
-                reward = self._reward_value(args, rollout_reward if evaluation else s.reward)
             info = dict(base, sample_index=s.index, spans=[sp.to_json() for sp in s.spans],
                         calls=[c.to_json() for c in s.calls], **(rollout_info if i == 0 else {}))
-            s_status = s.status
-            if status in ("aborted", "failed") or (status == "truncated" and i == len(samples) - 1):
-                s_status = status  # the rollout's end decides for its last sample
-            out.append(fill.finish(target, status=s_status, reward=reward, remove=not ok,
-                                   rollout_id=getattr(sample, "index", None), response=renderer.decode(s.response_ids),
-                                   info=info, raw_reward=raw, rounds=len(s.calls)))
-        if not out:
+            out.append(fill.finish(target, status=so.status, reward=self._reward_value(args, so.reward),
+                                   remove=so.remove, rollout_id=getattr(sample, "index", None),
+                                   response=renderer.decode(s.response_ids), info=info, raw_reward=raw,
+                                   rounds=len(s.calls)))
+        if outcome.placeholder is not None:
             pad = min(renderer.stop_token_ids) if renderer.stop_token_ids else 0
             fill.write_placeholder(sample, pad)
-            reward = None if slime_scores else (self._reward_value(args, rollout_reward) if ok and rollout_reward
-                                                is not None else self._zero(args))
             info = dict(base, sample_index=0, spans=[], calls=[], placeholder=True, **rollout_info)
-            out.append(fill.finish(sample, status=status, reward=reward, remove=True,
+            out.append(fill.finish(sample, status=outcome.placeholder.status,
+                                   reward=self._reward_value(args, outcome.placeholder.reward), remove=True,
                                    rollout_id=getattr(sample, "index", None), response="", info=info,
                                    raw_reward=raw, rounds=0))
         fill.check_filled(out)
@@ -229,16 +217,6 @@ class SlimeTarget:
         from .rewards import post_process
 
         return post_process(args, samples, self.plan(args))
-
-
-def _scalar(reward: Any, plan: Plan) -> Any:
-    """The rollout's reward as training uses it: the graph's reward.key of a dict, else the value."""
-    if isinstance(reward, dict):
-        key = plan.reward.key if plan.reward else None
-        if key is not None and key in reward:
-            return float(reward[key])
-        return {k: float(v) for k, v in reward.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    return float(reward)
 
 
 def _as_float(value: Any, args: Any) -> float:

@@ -29,6 +29,7 @@ import yaml
 from ...spec.model import POLICY
 from ...plan import Plan, plan_json
 from .config import module_name
+from .settings import settings_of
 
 __all__ = ["DEFAULT_TRAIN_ARGS", "Var", "module_name", "needs_sglang_config", "rollout_gpus", "slime_flags",
            "train_command", "runtime_env", "resolve", "source_dir", "write_slime_target", "JOB_ADDRESS"]
@@ -88,7 +89,7 @@ def slime_flags(plan: Plan, out_dir: str | Path) -> list[str]:
         flags += ["--custom-reward-post-process-path", f"{mod}.post_process_rewards"]
     if needs_sglang_config(plan):
         flags += ["--sglang-config", str(out / "sglang_config.yaml"), "--rollout-num-gpus", str(rollout_gpus(plan))]
-    return flags + list(plan.slime.extra_args)
+    return flags + list(settings_of(plan).extra_args)
 
 
 def train_command(plan: Plan, out_dir: str | Path) -> list[Word]:

@@ -1,0 +1,48 @@
+"""slime as a compile target: its graph section (`slime:`), its static checks, its emit.
+
+Input: a checked `Graph` (checks) or a `Plan` (emit). Output: diagnostics (E403); the files of
+`emit.write_slime_target`. The runtime side is `graphrl.compilers.slime.adapter:SlimeTarget`,
+imported by the emitted module inside slime, never here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+from pydantic import BaseModel
+
+from ...plan import Plan
+from ...spec.diagnostics import Diagnostic
+from ...spec.load import Graph
+from ..flow import Flow
+from ..layout import sample_layout
+from .emit import write_slime_target
+from .settings import SlimeSettings
+
+
+class SlimeCompileTarget:
+    name = "slime"
+    settings = SlimeSettings
+    runtime_adapter = "graphrl.compilers.slime.adapter:SlimeTarget"
+
+    def check(self, g: Graph, flow: Flow, settings: BaseModel) -> Iterator[Diagnostic]:
+        """E403: slime settings that break a graph yielding several samples per rollout (fan-out)."""
+        assert isinstance(settings, SlimeSettings)
+        if not sample_layout(g, flow).fanout:
+            return
+        bad = [("partial_rollout", settings.partial_rollout, "ABORTED siblings cannot re-enter generate as one sample"),
+               ("group_rm", settings.group_rm, "slime's group RM expects one sample per rollout"),
+               ("dynamic_sampling_filter", bool(settings.dynamic_sampling_filter),
+                "filters count samples, not rollouts")]
+        for key, on, why in bad:
+            if on:
+                yield Diagnostic("E403", f"this graph yields several training samples per rollout (fan-out); "
+                                 f"slime's {key} breaks that: {why}", g.span("slime", key),
+                                 "remove it; graphrl's compiled reward post-process normalises per prompt group")
+
+    def emit(self, plan: Plan, out_dir: Path) -> list[Path]:
+        return write_slime_target(plan, out_dir)
+
+
+SLIME = SlimeCompileTarget()
