@@ -12,7 +12,7 @@ hooks), its name in `KINDS`, a handler module in `graphrl/runtime/handlers/` and
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Union
+from typing import TYPE_CHECKING, Annotated, Any, Union
 
 from pydantic import Discriminator, Tag
 
@@ -52,8 +52,11 @@ def _kind_of(value: Any) -> str | None:
 
 
 # The validated node type of graphs and plans: one tagged member per kind of KINDS.
-AnyNode = Annotated[Union[tuple(Annotated[k, Tag(name)] for name, k in NODE_KINDS.items())],  # type: ignore[valid-type]
-                    Discriminator(_kind_of)]
+if TYPE_CHECKING:
+    AnyNode = Node
+else:
+    AnyNode = Annotated[Union[tuple(Annotated[k, Tag(name)] for name, k in NODE_KINDS.items())],
+                        Discriminator(_kind_of)]
 PlanNode = AnyNode
 
 
