@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
+# HTTP header naming a session (consistent-hashing routers keep a session's calls on one worker)
+ROUTING_HEADER = "X-SMG-Routing-Key"
 
 @dataclass(frozen=True)
 class FinishReason:

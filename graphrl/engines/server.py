@@ -41,7 +41,7 @@ from typing import Any, AsyncIterator, Callable, Protocol
 from aiohttp import web
 
 from graphrl.engines._json import dumps, loads
-from graphrl.engines.base import Engine, EngineError, FinishReason, Generation
+from graphrl.engines.base import ROUTING_HEADER, Engine, EngineError, FinishReason, Generation
 from graphrl.engines.prefix_tracker import PrefixTracker
 from graphrl.engines.server_request import BadRequest, GenerateRequest, parse_generate_request
 
@@ -49,7 +49,6 @@ __all__ = ["SupportsAbort", "EngineServer", "make_app", "serving", "run_server",
 
 log = logging.getLogger(__name__)
 SERVER_KEY: Any = web.AppKey("graphrl_engine_server") if hasattr(web, "AppKey") else "graphrl_server"
-ROUTING_HEADER = "X-SMG-Routing-Key"
 
 
 class SupportsAbort(Protocol):

@@ -37,11 +37,10 @@ from typing import Any, Mapping, Sequence
 import aiohttp
 
 from graphrl.engines._json import dumps, loads
-from graphrl.engines.base import EngineError, FinishReason, Generation
+from graphrl.engines.base import ROUTING_HEADER, EngineError, FinishReason, Generation
 
 __all__ = ["SGLangEngine", "parse_generate_response", "ROUTING_HEADER"]
 
-ROUTING_HEADER = "X-SMG-Routing-Key"
 _FINISH_TYPES = frozenset(("stop", "length", "abort"))
 _FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
 _INT_ONLY = {int}

@@ -54,9 +54,11 @@ def module_name(plan: Plan) -> str:
 
 
 def _url(value: Any) -> str:
+    """A router address as slime stores it ((ip, port), or a URL string) -> a URL; the engine
+    normalises URLs (scheme, trailing slash) in one place, `SGLangEngine`."""
     if isinstance(value, str):
-        return value.rstrip("/") if "://" in value else f"http://{value.rstrip('/')}"
-    ip, port = value  # slime stores (ip, port)
+        return value
+    ip, port = value
     return f"http://{ip}:{port}"
 
 
