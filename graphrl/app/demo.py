@@ -31,8 +31,10 @@ from typing import Any, Callable
 from ..compilers.checks import check_file
 from ..compilers.lower import lower
 from ..compilers.targets import find_target
+from ..data.synth import memagent_rows, write_jsonl
 from ..errors import EXIT_OK, MissingDependency, UsageProblem
 from ..spec.diagnostics import has_errors
+from ..tools.retrieval_server import retrieval_service
 from .report import report
 from .run import run_plan
 
@@ -82,7 +84,6 @@ def _service(run: DemoRun, data_dir: Path):
     if run.service != "retrieval":
         yield {}
         return
-    from ..tools.retrieval_server import retrieval_service
 
     with retrieval_service(data_dir / "corpus.jsonl") as url:
         yield {"retrieval_url": url}
@@ -90,8 +91,6 @@ def _service(run: DemoRun, data_dir: Path):
 
 def _data(run: DemoRun, data_dir: Path, out_dir: Path) -> Path:
     if run.data == "synth:memagent":
-        from ..data.synth import memagent_rows, write_jsonl
-
         path = out_dir / run.graph / "data.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         write_jsonl(memagent_rows(max(run.limit, 1), seed=0), str(path))

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from ..engines.local import LocalEngine
 from ..engines.sglang import SGLangEngine
 from ..errors import UsageProblem
+from ..models.registry import load_model, resolve_tokenizer
 from ..plan import Plan
 from ..runtime.chat import ChatRenderer
 from ..runtime.services import StaticEndpoints, endpoints_for_plan
@@ -29,9 +31,6 @@ class WiringError(UsageProblem):
 
 def load_local_engine(model: str, tokenizer: str | None = None, device: str | None = None) -> tuple[Any, Any]:
     """(LocalEngine, tokenizer) for a built-in model name or a HF directory; torch is imported here, lazily."""
-    from ..engines.local import LocalEngine
-    from ..models.registry import load_model, resolve_tokenizer
-
     hf_model, hf_tok = load_model(model)
     if tokenizer is not None:
         hf_tok = resolve_tokenizer(tokenizer)
@@ -54,7 +53,6 @@ def build_endpoints(plan: Plan, *, engine: str, model: str | None = None, url: s
         return endpoints_for_plan(plan, engines, ChatRenderer(hf_tok))
     if engine != "sglang":
         raise WiringError(f"unknown engine {engine!r}: use local or sglang")
-    from ..models.registry import resolve_tokenizer
 
     renderer = ChatRenderer(resolve_tokenizer(tokenizer or "qwen"))
     for name, decl in plan.models.items():

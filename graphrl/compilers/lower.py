@@ -21,8 +21,9 @@ from ..spec.diagnostics import Diagnostic, has_errors
 from ..spec.load import Graph
 from ..spec.model import POLICY, GraphSpec, LLMNode, ModelDecl, Thread
 from .checks import check_file
-from .layout import DEFAULT_MAX_TOKENS, sample_layout
 from .flow import build_flow
+from .layout import DEFAULT_MAX_TOKENS, sample_layout
+
 
 def _rel(path: str) -> str:
     try:

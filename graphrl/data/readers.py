@@ -25,6 +25,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from .jsonl import JsonlError, iter_jsonl
+
 _DAPO_HEAD = re.compile(r"^\s*Solve the following math problem step by step\..*?where \$Answer is the answer to "
                         r"the problem\.\s*", re.S)
 _DAPO_TAIL = re.compile(r"\s*Remember to put your answer on its own line after \"Answer:\"\.?\s*$")
@@ -111,8 +113,6 @@ FORMATS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
 
 def read(path: str | Path, fmt: str) -> Iterator[dict[str, Any]]:
     """Rows of a JSONL file (or a JSON list) converted by `fmt`; errors say file:line."""
-    from .jsonl import JsonlError, iter_jsonl
-
     convert = FORMATS[fmt]
     text = Path(path).read_text(encoding="utf-8")
     try:

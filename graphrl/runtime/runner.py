@@ -14,6 +14,7 @@ sample still writes one line (num_samples 0) carrying its status and error.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import sys
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from ..data.jsonl import iter_jsonl
 from .executor import Executor, RolloutInput, RolloutResult
 from .ledger import TrainingSample, assign_credit
 
@@ -89,8 +91,6 @@ def read_rows(path: str | Path, limit: int | None = None) -> list[dict[str, Any]
     """JSONL rows (lines end with \\n; \\r\\n works too). Any bad line -- not UTF-8, not JSON, nested
     past Python's recursion limit, a number Python will not convert, not an object -- is a ValueError
     located at it (file:line:col); nothing else is raised for the file's content."""
-    from ..data.jsonl import iter_jsonl
-
     rows = []
     for lineno, row in iter_jsonl(path):
         if not isinstance(row, dict):
@@ -222,8 +222,6 @@ def _progress(done: int, total: int, t0: float) -> None:
 
 def regroup_credit(results: list[RolloutResult], rewards: Iterable[float], credit: str) -> list[RolloutResult]:
     """Replace each rollout's reward (after a group-level post-process) and re-split its credit."""
-    import dataclasses
-
     out = []
     for res, reward in zip(results, rewards):
         if res.samples and reward is not None:

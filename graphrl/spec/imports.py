@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from .diagnostics import did_you_mean
+
 
 @dataclass(frozen=True)
 class ImportProblem:
@@ -40,7 +42,6 @@ def resolve_callable(ref: str, search: Iterable[Path] = ()) -> Callable[..., Any
     for part in attr.split("."):
         if not hasattr(obj, part):
             names = [n for n in dir(module) if not n.startswith("_")]
-            from .diagnostics import did_you_mean
 
             return ImportProblem(f"module '{module_name}' has no attribute '{attr}'", did_you_mean(part, names))
         obj = getattr(obj, part)

@@ -11,6 +11,7 @@ the YAML (or at the template file for file templates); no user code is imported 
 
 from __future__ import annotations
 
+import copy
 import re
 import typing
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from typing import Any, Iterable, Iterator, Mapping
 from pydantic import BaseModel, ValidationError
 
 from .desugar import desugar
-from .diagnostics import Diagnostic, Span, did_you_mean
+from .diagnostics import Diagnostic, SourceCache, Span, did_you_mean
 from .model import GraphSpec, Message, Node
 from .nodes import SELECTORS, UpdateNode, node_kind
 from .walk import walk_strings
@@ -45,8 +46,6 @@ class TemplateSource:
         line = self.line + max(template_line, 1) - 1
         col = self.col if template_line <= 1 or self.block else 1
         if needle:
-            from .diagnostics import SourceCache
-
             text = SourceCache().line(self.file, line) or ""
             m = re.search(rf"(?<!\w){re.escape(needle)}(?!\w)", text[col - 1:])
             if m:
@@ -250,7 +249,6 @@ def _without_unknown_keys(model: type[BaseModel], doc: Any, exc: ValidationError
     errors = exc.errors()
     if any(e["type"] != "extra_forbidden" for e in errors):
         return None
-    import copy
 
     doc = copy.deepcopy(doc)
     for e in errors:
@@ -308,8 +306,6 @@ def _inline(loc: Located, path: tuple, text: str) -> TemplateSource:
 def _block_indent(loc: Located, indicator_line: int, n_lines: int) -> int:
     """Indentation of a block scalar: the least of its non-blank lines after the | or > line
     (the first line decides, unless an explicit indentation indicator lets it be deeper)."""
-    from .diagnostics import SourceCache
-
     cache = SourceCache()
     indents = []
     for line in range(indicator_line + 1, indicator_line + 1 + max(n_lines, 1)):

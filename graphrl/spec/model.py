@@ -16,12 +16,29 @@ from typing import Any, Literal
 from pydantic import Field
 
 from .common import (  # noqa: F401 - re-exported: the language's shared names
-    ABORT, END, POLICY, ROLES, TERMINALS, Branch, Message, Parse, _Base, snake,
+    ABORT,
+    END,
+    POLICY,
+    ROLES,
+    TERMINALS,
+    Branch,
+    Message,
+    Parse,
+    _Base,
+    snake,
 )
 from .nodes import (  # noqa: F401 - re-exported: the node kinds (graphrl.spec.nodes)
-    KINDS, NODE_KINDS, AnyNode, AppendTo, Foreach, LLMNode, Node, SwitchNode, ToolNode, UpdateNode,
+    KINDS,
+    NODE_KINDS,
+    AnyNode,
+    AppendTo,
+    Foreach,
+    LLMNode,
+    Node,
+    SwitchNode,
+    ToolNode,
+    UpdateNode,
 )
-
 
 # ---------------------------------------------------------------- models, inputs, state, threads
 

@@ -25,6 +25,9 @@ from typing import Any, Iterator
 
 from aiohttp import web
 
+from ..data.jsonl import JsonlError, iter_jsonl
+from ..engines.server import serving
+
 MAX_TOPK = 100
 MAX_QUERIES = 256
 
@@ -35,7 +38,6 @@ class CorpusError(ValueError):
 
 def read_corpus(path: str | Path) -> list[dict[str, Any]]:
     docs = []
-    from ..data.jsonl import JsonlError, iter_jsonl
 
     try:
         for lineno, rec in iter_jsonl(path):
@@ -111,8 +113,6 @@ def _error(message: str) -> web.Response:
 @contextlib.contextmanager
 def retrieval_service(corpus: str | Path, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
     """Serve `corpus` from a background thread (port 0: a free one); yields the base URL."""
-    from ..engines.server import serving
-
     app = make_app(BM25Index(read_corpus(corpus)))
     loop = asyncio.new_event_loop()
     ready: dict[str, Any] = {}

@@ -15,7 +15,18 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
+from ..compilers.lower import plan_from_path
+from . import textgraph
 from .diagram import Diagram, diagram_from_paths, diagram_from_plan
+from .html import finite, graph_html, trajectory_html
+from .payload import DEFAULT_MAX_TOKENS, build_payload
+from .svg import render_svg
+from .textview import text_view
+from .tokens import load_vocab
+from .trace import chrome_trace
+from .trajectory import MissingTorch, TrajectoryError, load_trajectory
 
 EXIT_USAGE, EXIT_INVALID = 2, 3
 GRAPH_FORMATS = ("svg", "html", "dot", "mermaid", "text")
@@ -70,10 +81,6 @@ def output_format(out: str | None, fmt: str, kind: str) -> str:
 
 
 def load_plan(path: Path):
-    from pydantic import ValidationError
-
-    from ..compilers.lower import plan_from_path
-
     try:
         plan, diags = plan_from_path(path)
     except ValidationError as exc:
@@ -84,10 +91,6 @@ def load_plan(path: Path):
 
 
 def graph_output(path: Path, fmt: str, engine: str = "builtin") -> str:
-    from . import textgraph
-    from .html import graph_html
-    from .svg import render_svg
-
     d = diagram_from_plan(load_plan(path))
     if fmt == "dot":
         return textgraph.to_dot(d)
@@ -160,8 +163,6 @@ def _observed_diagram(traj) -> Diagram:
 
 
 def load_selected(path: Path, group: int | None, sample: int | None):
-    from .trajectory import MissingTorch, TrajectoryError, load_trajectory
-
     try:
         traj = load_trajectory(path)
     except MissingTorch as exc:
@@ -183,24 +184,14 @@ def load_selected(path: Path, group: int | None, sample: int | None):
 def trajectory_output(path: Path, fmt: str, *, graph: str | None = None, group: int | None = None,
                       sample: int | None = None, tokenizer: str = "qwen", max_tokens: int | None = None,
                       color: bool = True, show_prompt: bool = False) -> str:
-    from .tokens import load_vocab
-
     full, traj = load_selected(path, group, sample)
     if fmt == "chrome-trace":
-        from .html import finite
-        from .trace import chrome_trace
-
         return json.dumps(finite(chrome_trace(traj)), indent=1, allow_nan=False) + "\n"
     vocab, note = load_vocab(tokenizer)
     notices = list(full.notes) + ([note] if note else [])
     if fmt == "text":
-        from .textview import text_view
-
         return text_view(traj, vocab, color=color, max_tokens=max_tokens or 2000, show_prompt=show_prompt,
                          notices=tuple(notices))
-    from .html import trajectory_html
-    from .payload import DEFAULT_MAX_TOKENS, build_payload
-    from .svg import render_svg
 
     plan, found = find_plan(full, path, graph)
     notices += found

@@ -12,6 +12,7 @@ Call conventions the runtime uses (and these checks bind):
 
 from __future__ import annotations
 
+import re
 from typing import Any, Iterator
 
 from ...spec.builtins import BUILTIN_GROUP_REWARDS, BUILTIN_REWARDS, BUILTIN_TOOLS, Signature
@@ -102,8 +103,6 @@ def _check_parser(g: Graph, p: Parse, path: tuple) -> Iterator[Diagnostic]:
     if p.function:
         yield from _check_user(p.function, 1, {}, "E303", path + ("function",), g)
     for pattern_name, pattern in (p.regex or {}).items():
-        import re
-
         try:
             re.compile(pattern)
         except re.error as exc:

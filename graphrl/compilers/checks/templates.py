@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Iterator
 
 import networkx as nx
+from jinja2 import nodes
 from jinja2.exceptions import TemplateSyntaxError
 
 from ...spec.diagnostics import Diagnostic, did_you_mean
@@ -97,8 +98,6 @@ def check_templates(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
 
 
 def _line_of(ast, name: str) -> int:
-    from jinja2 import nodes
-
     for n in ast.find_all(nodes.Name):
         if n.name == name:
             return n.lineno

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Iterator
 
-
 from ...spec.diagnostics import Diagnostic
 from ...spec.load import Graph
 from ...spec.model import POLICY, LLMNode

@@ -30,14 +30,18 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable
 
+from ...engines.sglang import SGLangEngine
+from ...plan import Plan, load_plan
+from ...rewards.scorer import RewardBox
 from ...runtime.chat import ChatRenderer
 from ...runtime.executor import Executor, RolloutInput, RolloutResult, usage
 from ...runtime.outcome import settle
 from ...runtime.services import endpoints_for_plan
 from ...spec.model import POLICY
-from ...plan import Plan, load_plan
+from ...tools.registry import ToolBox
 from . import fill
 from .config import SlimeConfig, SlimeConfigError, from_args
+from .rewards import post_process
 
 # sampling params slime sends that apply to every graph call (the graph owns stops and lengths)
 _SHARED_SAMPLING = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "skip_special_tokens",
@@ -47,8 +51,6 @@ EngineFactory = Callable[[str, str, SlimeConfig], Any]  # (model name, url, conf
 
 
 def _sglang_engine(name: str, url: str, cfg: SlimeConfig) -> Any:
-    from ...engines.sglang import SGLangEngine
-
     return SGLangEngine(url, timeout_s=cfg.timeout_s)
 
 
@@ -97,9 +99,6 @@ class SlimeTarget:
         key = json.dumps(sampling, sort_keys=True, default=str)
         ex = wired.executors.get(key)
         if ex is None:
-            from ...rewards.scorer import RewardBox
-            from ...tools.registry import ToolBox
-
             plan = self.plan()
             search = [Path(wired.cfg.source_dir or Path(plan.source.get("file", ".")).parent), self.plan_path.parent]
             ex = wired.executors[key] = Executor(plan, wired.endpoints, tools=ToolBox(search),
@@ -214,8 +213,6 @@ class SlimeTarget:
     def post_process_rewards(self, args: Any, samples: list[Any]) -> tuple[list[float], list[float]]:
         """Per prompt group: one reward per rollout (not per sample), group-normalised like GRPO, then
         credited to the rollout's samples (even: / n, broadcast: x 1). Returns (raw, normalised)."""
-        from .rewards import post_process
-
         return post_process(args, samples, self.plan(args))
 
 

@@ -24,8 +24,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ...spec.model import POLICY
 from ...plan import Plan
+from ...spec.model import POLICY
 
 _MISSING = object()
 

@@ -26,8 +26,8 @@ from typing import Mapping, Sequence, Union
 
 import yaml
 
-from ...spec.model import POLICY
 from ...plan import Plan, plan_json
+from ...spec.model import POLICY
 from .config import module_name
 from .settings import settings_of
 

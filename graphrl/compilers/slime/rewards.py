@@ -30,6 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from ...plan import Plan
+from ...rewards.group_run import group_reward_hook, scalar
+from ...runtime.executor import RolloutResult
+from ...runtime.ledger import CallRecord
 
 GROUP_ESTIMATORS = ("grpo", "gspo", "cispo", "reinforce_plus_plus_baseline")
 STD_ESTIMATORS = ("grpo", "gspo", "cispo")
@@ -102,10 +105,6 @@ def _normalise(values: list[float], args: Any) -> list[float]:
 
 def group_rewards(plan: Plan, args: Any, groups: dict[Any, list[Rollout]], samples: list[Any]) -> dict[Any, list[float]]:
     """Step 2: each prompt group's rollout rewards as the graph's group reward gives them."""
-    from ...rewards.group_run import group_reward_hook, scalar
-    from ...runtime.executor import RolloutResult
-    from ...runtime.ledger import CallRecord
-
     rows, results = {}, {}
     for gid, rollouts in groups.items():
         first = samples[rollouts[0].indices[0]]
