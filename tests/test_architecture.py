@@ -56,3 +56,13 @@ def test_the_project_cites_only_documents_inside_it():
             if pattern.search(line):
                 hits.append(f"{path.relative_to(REPO)}:{i}: {line.strip()}")
     assert hits == [], "\n".join(hits)
+
+
+def test_the_light_paths_import_no_heavy_dependency():
+    """`graphrl run --engine sglang`, the slime adapter and the viewer need neither torch nor transformers."""
+    code = ("import sys, graphrl.cli, graphrl.cli.run, graphrl.app.run, graphrl.compilers.slime.adapter, "
+            "graphrl.viz.build, graphrl.cli.visualize\n"
+            "print(sorted(m for m in ('torch', 'transformers', 'numpy', 'bm25s') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
