@@ -28,7 +28,7 @@ from typing import Any, Mapping
 from ..engines.base import EngineError, Generation
 from ..plan import Plan
 from ..spec.model import ABORT, END, POLICY, LLMNode
-from .chat import NotAppendOnlyError
+from .chat import NotAppendOnlyError, ThreadStateError
 from .handlers import HANDLERS
 from .handlers.llm import strip_stop
 from .ledger import CallRecord, LedgerError, SampleBuilder, TrainingSample, assign_credit
@@ -196,8 +196,14 @@ class Executor:
             if node.append_to is not None:
                 where = ("nodes", nid, "append_to", "content")
                 content = self.plain_text(where, self.render.text(where, node.append_to.content, ctx))
-                self.thread(r, node.append_to.thread).add_messages(
-                    [{"role": node.append_to.role, "content": content}], owner=(nid, visit))
+                thread = self.thread(r, node.append_to.thread)
+                if node.append_to.in_response:
+                    try:
+                        thread.continue_response(str(content), owner=(nid, visit))
+                    except ThreadStateError as exc:
+                        raise RenderError(self.plan.span("nodes", nid, "append_to"), str(exc)) from None
+                else:
+                    thread.add_messages([{"role": node.append_to.role, "content": content}], owner=(nid, visit))
             if abort is not None and abort.is_set():
                 break
         ctx = self._ctx(r, r.visits.get(nid, 0))
