@@ -112,6 +112,7 @@ class Executor:
         row.setdefault("metadata", {})
         base = {"prompt": row.get("prompt"), "label": row.get("label"), "metadata": row.get("metadata") or {},
                 "row": row}
+        r.ns.update(self.plan.constants)
         r.ns.update(row=row, visits=r.visits, threads={})
         for name, decl in self.plan.inputs.items():
             try:
@@ -237,6 +238,10 @@ class Executor:
             ids = await asyncio.to_thread(renderer.encode, text)
             step = fe.chunk_tokens
             items = [renderer.decode(ids[i:i + step]) for i in range(0, len(ids), step)]
+        elif isinstance(value, str):
+            raise RenderError(self.plan.span("nodes", nid, "foreach", "over"),
+                              f"foreach over a text ({len(value)} characters) would run once per character: "
+                              "add chunk_tokens: N to split it into N-token chunks, or iterate a list")
         else:
             items = list(value or [])
         return items[: fe.max] if fe.max else items
