@@ -50,6 +50,7 @@ class Plan(BaseModel):
     description: str | None = None
     source: dict[str, str]
     start: str
+    constants: dict[str, Any] = {}
     models: dict[str, ModelDecl]
     inputs: dict[str, InputDecl]
     state: dict[str, StateVar]

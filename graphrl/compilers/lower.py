@@ -96,6 +96,7 @@ def lower(g: Graph) -> Plan:
         description=spec.description,
         source={"file": _rel(g.file), "sha256": _sha(source_text)},
         start=g.start,
+        constants=dict(spec.constants),
         models={k: models[k] for k in sorted(models)},
         inputs=dict(spec.inputs),
         state=dict(spec.state),

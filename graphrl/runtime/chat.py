@@ -202,6 +202,7 @@ class ChatThread:
         self._content_start = 0  # where the last output's text starts in _text
         self._tail = ""  # text of the stop token the last output ended with ("" if none)
         self._state = "new"  # "new" -> "ready" <-> "answered"
+        self._continuing = False  # the next output extends the last assistant message (in-response text)
         self.prompt_length = 0
 
     @property
@@ -249,12 +250,42 @@ class ChatThread:
         else:
             content, tail = self._r.decode(ids), ""
         self._ids.extend(ids)
-        self._messages.append(template_message({"role": "assistant", "content": content}))
-        self._content_start = len(self._text)
+        if self._continuing:  # the same assistant response goes on after in-response text
+            last = self._messages[-1]
+            self._messages[-1] = template_message({**last, "content": (last.get("content") or "") + content})
+            self._continuing = False
+        else:
+            self._messages.append(template_message({"role": "assistant", "content": content}))
+            self._content_start = len(self._text)
         self._text += content
         self._tail = tail
         self._state = "answered"
         return content
+
+    def continue_response(self, text: str) -> tuple[int, ...]:
+        """Append `text` inside the current assistant response (no turn markers): the next engine
+        call continues the same response from exactly these ids. Returns the ids of `text` (plain
+        tokenisation of the new text; the engine's ids before it are untouched).
+
+        Needs an answered thread whose last output did not end with a stop token (a stop string, a
+        length cut): after `<|im_end|>` the response is over, and text appended after it would not
+        be inside it."""
+        if not (self._state == "answered" or (self._state == "ready" and self._continuing)):
+            raise ThreadStateError(f"in-response text needs a thread that has just answered (state {self._state!r})")
+        if self._pending:
+            raise ThreadStateError("in-response text cannot follow messages queued for a new turn")
+        if self._tail:
+            raise ThreadStateError(f"the response already ended with the stop token {self._tail!r}: in-response "
+                                   "text needs an output that stopped on a stop string (e.g. stop: ['</search>'])")
+        if not text:
+            return ()
+        ids, _ = self._r._encode(text)
+        last = self._messages[-1]
+        self._messages[-1] = template_message({**last, "content": (last.get("content") or "") + text})
+        self._ids.extend(ids)
+        self._text += text
+        self._state, self._continuing = "ready", True
+        return tuple(ids)
 
     def prepare(self, on_drift: OnDrift | str = OnDrift.FAIL) -> ThreadDelta:
         """Render pending messages + the generation prompt; extend `ids` (see ThreadDelta.kind)."""
@@ -265,6 +296,7 @@ class ChatThread:
             return self._restart(rendered, drift=None)
         if self._state == "ready" and not self._pending:
             return ThreadDelta("append", (), "", ())
+        self._continuing = False  # new messages close the response (the template renders its end)
         history = self._messages + self._pending
         rendered = self._render(history)
         if not rendered.startswith(self._text):

@@ -28,7 +28,7 @@ from typing import Any, Mapping
 from ..engines.base import EngineError, Generation
 from ..plan import Plan
 from ..spec.model import ABORT, END, POLICY, LLMNode
-from .chat import NotAppendOnlyError
+from .chat import NotAppendOnlyError, ThreadStateError
 from .handlers import HANDLERS
 from .handlers.llm import strip_stop
 from .ledger import CallRecord, LedgerError, SampleBuilder, TrainingSample, assign_credit
@@ -112,6 +112,7 @@ class Executor:
         row.setdefault("metadata", {})
         base = {"prompt": row.get("prompt"), "label": row.get("label"), "metadata": row.get("metadata") or {},
                 "row": row}
+        r.ns.update(self.plan.constants)
         r.ns.update(row=row, visits=r.visits, threads={})
         for name, decl in self.plan.inputs.items():
             try:
@@ -196,8 +197,14 @@ class Executor:
             if node.append_to is not None:
                 where = ("nodes", nid, "append_to", "content")
                 content = self.plain_text(where, self.render.text(where, node.append_to.content, ctx))
-                self.thread(r, node.append_to.thread).add_messages(
-                    [{"role": node.append_to.role, "content": content}], owner=(nid, visit))
+                thread = self.thread(r, node.append_to.thread)
+                if node.append_to.in_response:
+                    try:
+                        thread.continue_response(str(content), owner=(nid, visit))
+                    except ThreadStateError as exc:
+                        raise RenderError(self.plan.span("nodes", nid, "append_to"), str(exc)) from None
+                else:
+                    thread.add_messages([{"role": node.append_to.role, "content": content}], owner=(nid, visit))
             if abort is not None and abort.is_set():
                 break
         ctx = self._ctx(r, r.visits.get(nid, 0))
@@ -231,6 +238,10 @@ class Executor:
             ids = await asyncio.to_thread(renderer.encode, text)
             step = fe.chunk_tokens
             items = [renderer.decode(ids[i:i + step]) for i in range(0, len(ids), step)]
+        elif isinstance(value, str):
+            raise RenderError(self.plan.span("nodes", nid, "foreach", "over"),
+                              f"foreach over a text ({len(value)} characters) would run once per character: "
+                              "add chunk_tokens: N to split it into N-token chunks, or iterate a list")
         else:
             items = list(value or [])
         return items[: fe.max] if fe.max else items

@@ -46,6 +46,13 @@ class TrainedThread:
                 self._owners[first + i] = owner
         self.chat.add_messages(msgs)
 
+    def continue_response(self, text: str, *, owner: tuple[str, int]) -> None:
+        """Text inside the current assistant response (an in-response observation, mask 0, attributed
+        to `owner`); the next call of the thread continues the same response."""
+        ids = self.chat.continue_response(text)
+        if self.sample is not None and ids:
+            self.sample.append(ids, mask=0, node=owner[0], visit=owner[1], kind="observation")
+
     def prepare(self, on_drift: str, *, node: str, visit: int) -> tuple[int, ...]:
         """Render what was queued; the observation tokens go into the sample (mask 0)."""
         delta = self.chat.prepare(on_drift)

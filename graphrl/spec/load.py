@@ -20,6 +20,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from pydantic import BaseModel, ValidationError
 
+from .constants import substitute_constants
 from .desugar import desugar
 from .diagnostics import Diagnostic, SourceCache, Span, did_you_mean
 from .model import GraphSpec, Message, Node
@@ -191,7 +192,8 @@ def load_graph(path: str | Path, *, sections: Mapping[str, type[BaseModel]] | No
     if not isinstance(loc.value, dict):
         diags.append(Diagnostic("E003", "a graph file is a mapping with name: and nodes:", loc.span(())))
         return None, diags
-    doc = desugar(loc.value)
+    doc, const_diags = substitute_constants(desugar(loc.value), loc)
+    diags += const_diags
     sections = dict(sections or {})
     targets: dict[str, BaseModel] = {}
     for name, model in sections.items():
@@ -233,6 +235,9 @@ def load_graph(path: str | Path, *, sections: Mapping[str, type[BaseModel]] | No
         diags += _pydantic_diagnostics(exc, GraphSpec, (), loc, doc, extra_keys=sections)
         spec = _without_unknown_keys(GraphSpec, doc, exc)
     diags += node_diags  # graph-level problems first, then each node's
+    # a `$NAME` that names no constant was reported (E308); its leftover string is no second error
+    unresolved = {d.span for d in const_diags}
+    diags = [d for d in diags if not (d.code == "E003" and d.span in unresolved)]
     only_unknown_keys = all(d.code in ("E002",) or d.severity != "error" for d in diags)
     if spec is None or not only_unknown_keys or len(nodes) != len(doc.get("nodes") or {}):
         return None, diags

@@ -131,6 +131,8 @@ class GraphSpec(_Base):
     description: str | None = None
     version: Literal[1] = 1
     templates: str | None = Field(None, description="directory of .j2 files, relative to this file")
+    constants: dict[str, Any] = Field(default_factory=dict, description="named values: usable by name in every "
+                                      "template and expression, and as `$NAME` for any value (e.g. max_visits: $max_turns)")
     models: dict[str, ModelDecl] = Field(default_factory=dict)
     inputs: dict[str, InputDecl] = Field(default_factory=dict)
     state: dict[str, StateVar] = Field(default_factory=dict)

@@ -91,7 +91,7 @@ def missing_defaults(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
 
 def names(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
     owners: dict[str, str] = {}
-    for section in ("inputs", "state", "nodes"):
+    for section in ("constants", "inputs", "state", "nodes"):
         for name in getattr(g.spec, section) if section != "nodes" else g.nodes:
             path = (section, name)
             if name in RESERVED:
@@ -104,4 +104,22 @@ def names(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
                 owners[name] = _WHAT[section]
 
 
-_WHAT = {"inputs": "an input", "state": "a state variable", "nodes": "a node"}
+_WHAT = {"constants": "a constant", "inputs": "an input", "state": "a state variable", "nodes": "a node"}
+
+
+def foreach_over_text(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
+    """E107: `foreach` over what is statically a text (a node's `.text`, a state variable or a
+    constant holding a string) without `chunk_tokens`: it would iterate characters."""
+    for nid, n in g.nodes.items():
+        fe = n.foreach
+        if fe is None or fe.chunk_tokens:
+            continue
+        over = fe.over.strip()
+        head, _, attr = over.partition(".")
+        text = (attr == "text" and head in g.nodes) or (not attr and (
+            (head in g.spec.state and isinstance(g.spec.state[head].default, str))
+            or isinstance(g.spec.constants.get(head), str)))
+        if text:
+            yield Diagnostic("E107", f"foreach over '{over}', a text, would run once per character",
+                             g.span("nodes", nid, "foreach", "over"),
+                             "add chunk_tokens: N to split it into N-token chunks, or iterate a list")

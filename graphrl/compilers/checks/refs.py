@@ -63,6 +63,17 @@ def check_threads(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
                              g.span("nodes", nid, key=True))
 
 
+def check_state_writes(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
+    """E307: `update:` writes only declared state variables (a typo would fail at run time)."""
+    declared = set(g.spec.state)
+    for nid, n in g.nodes.items():
+        for name in n.update:
+            if name not in declared:
+                yield Diagnostic("E307", f"node '{nid}' writes '{name}', which is not a state variable",
+                                 g.span("nodes", nid, "update", name, key=True),
+                                 did_you_mean(str(name), declared) or f"declare it under state:, e.g. state: {{{name}: null}}")
+
+
 def _check_builtin(sig: Signature, args: dict[str, Any], what: str, path: tuple, g: Graph) -> Iterator[Diagnostic]:
     for k in args:
         if k not in sig.names:

@@ -45,7 +45,7 @@ def result_fields(node) -> frozenset[str] | None:
 def _bound(g: Graph, flow: Flow, site: Site, env_globals: frozenset[str]) -> set[str]:
     if site.path[0] == "inputs":
         return set(ROW_FIELDS) | env_globals
-    names = set(GLOBALS) | set(g.spec.inputs) | set(g.spec.state) | env_globals
+    names = set(GLOBALS) | set(g.spec.constants) | set(g.spec.inputs) | set(g.spec.state) | env_globals
     nid = site.node
     if nid is None:  # reward: every node may have run, and the rollout's usage is known
         return names | set(g.nodes) | {"usage"}

@@ -25,11 +25,17 @@ Path = tuple[Any, ...]
 
 
 class AppendTo(_Base):
-    """Append this node's result to a thread as a message (masked, never trained). Shorthand: `append_to: main`."""
+    """Append this node's result to a thread as a message (masked, never trained). Shorthand: `append_to: main`.
+
+    `in_response: true`: the text goes inside the thread's current assistant response instead (no
+    turn markers; the next call of the thread continues that response), as Search-R1 / ReTool lay
+    out observations: policy tokens, observation tokens (mask 0), policy tokens."""
 
     thread: str
     role: Literal["tool", "user", "system"] = "tool"
     content: str = "{{ output }}"
+    in_response: bool = Field(False, description="append inside the current assistant response (no new turn); "
+                              "the thread's last output must have stopped on a stop string")
 
 
 class Foreach(_Base):
