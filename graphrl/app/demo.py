@@ -12,6 +12,8 @@ frozen model of the graph), two at a time by default:
   toolorchestra  data/toolorchestra.jsonl, 2 rows x 2 samples (a group: the preference reward),
                  against the embedded BM25 retrieval service over data/corpus.jsonl, started here
                  on a free port and handed to the graph as metadata.retrieval_url
+  search_r1      data/search_r1.jsonl, 2 rows (search results inside the response), against the
+                 same retrieval service
   hello          data/math.jsonl, 3 rows x 2 samples
 Rows and samples are few and new tokens capped (default 64) so that the whole job takes minutes on
 two CPU cores with SmolLM2 (~25 tokens/s decoding, ~100 tokens/s prompt reading).
@@ -52,6 +54,7 @@ DEMO_RUNS = (  # the longest first, so that two at a time finish together
     DemoRun("agentflow", "math.jsonl", limit=1, n_samples=1),
     DemoRun("memagent", "synth:memagent", limit=1, n_samples=1),
     DemoRun("toolorchestra", "toolorchestra.jsonl", limit=2, n_samples=2, service="retrieval"),
+    DemoRun("search_r1", "search_r1.jsonl", limit=2, n_samples=1, service="retrieval"),
     DemoRun("hello", "math.jsonl", limit=3, n_samples=2),
 )
 

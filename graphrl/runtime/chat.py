@@ -267,21 +267,22 @@ class ChatThread:
         call continues the same response from exactly these ids. Returns the ids of `text` (plain
         tokenisation of the new text; the engine's ids before it are untouched).
 
-        Needs an answered thread whose last output did not end with a stop token (a stop string, a
-        length cut): after `<|im_end|>` the response is over, and text appended after it would not
-        be inside it."""
+        Meant for an output that stopped on a stop string (e.g. `</search>`) or a length cut; after a
+        stop token (`<|im_end|>`) the token stays and the text follows it."""
         if not (self._state == "answered" or (self._state == "ready" and self._continuing)):
             raise ThreadStateError(f"in-response text needs a thread that has just answered (state {self._state!r})")
         if self._pending:
             raise ThreadStateError("in-response text cannot follow messages queued for a new turn")
-        if self._tail:
-            raise ThreadStateError(f"the response already ended with the stop token {self._tail!r}: in-response "
-                                   "text needs an output that stopped on a stop string (e.g. stop: ['</search>'])")
         if not text:
             return ()
         ids, _ = self._r._encode(text)
+        # After a stop token (the model ended its turn) the token stays where it was sampled and the
+        # text follows it, as Search-R1's recipe does for an invalid action; the message content
+        # keeps the token's text so that later renderings still extend what the ids stand for.
         last = self._messages[-1]
-        self._messages[-1] = template_message({**last, "content": (last.get("content") or "") + text})
+        self._messages[-1] = template_message({**last, "content": (last.get("content") or "") + self._tail + text})
+        self._text += self._tail
+        self._tail = ""
         self._ids.extend(ids)
         self._text += text
         self._state, self._continuing = "ready", True

@@ -114,13 +114,19 @@ def test_a_new_turn_after_in_response_text_closes_the_response_with_the_template
                            "<|im_start|>user\nNow answer.<|im_end|>\n<|im_start|>assistant\n")
 
 
-def test_in_response_text_after_a_stop_token_fails_the_rollout_with_a_located_error(kit):
+def test_in_response_text_after_a_stop_token_follows_the_token_as_the_recipe_does(kit):
+    """Search-R1's recipe appends its correction after an output that ended its turn: the sampled
+    <|im_end|> stays in the sample (trained, as sampled) and the text follows it (masked)."""
     plan = _graph(kit)
-    engine = kit.engine(["<search>q</search>", "never"])  # ended with <|im_end|>: the response is over
+    engine = kit.engine(["I do not know", "<answer>Paris</answer>"])  # the first ends with <|im_end|>
     res = kit.run(kit.executor(plan, {"policy": engine}), {"prompt": "Q?"})
-    assert res.status == "failed"
-    assert "g.yaml:" in res.error and "stop string" in res.error and "internal error" not in res.error
-    assert len(engine.requests) == 1  # nothing was generated after the refusal
+    assert res.status == "completed", res.error
+    (s,) = res.samples
+    first = kit.ids("I do not know")
+    assert s.response_ids[:len(first)] == first and first[-1] == IM_END
+    assert [(sp.node, sp.kind, sp.mask) for sp in s.spans] == [
+        ("think", "generated", 1), ("search", "observation", 0), ("think", "generated", 1)]
+    assert engine.requests[1].input_ids == engine.requests[0].input_ids + s.response_ids[:s.spans[1].end]
 
 
 sys.path.insert(0, str(Path(__file__).parent))
