@@ -163,53 +163,86 @@ class Executor:
         return node.token_budget is not None and r.policy_tokens >= node.token_budget
 
     async def _step(self, r: RolloutState, nid: str, node: Any, abort: asyncio.Event | None) -> str:
+        """Run a node: once, or once per foreach item (`parallel` items at a time); each item is a visit."""
         handler = HANDLERS[node.kind]
         items: list[Any] = [None]
         if node.foreach is not None:
             items = await self._foreach_items(r, nid, node)
+        width = node.foreach.parallel if node.foreach is not None else 1
         output: NodeResult | None = None
-        for i, item in enumerate(items):
-            # each item is a visit: max_visits stops the items early, max_steps truncates the rollout
-            if i and (self._out_of_steps(r) or (node.max_visits is not None
-                                                 and r.visits.get(nid, 0) >= node.max_visits)):
+        i = 0
+        while i < len(items):
+            batch: list[tuple[int, dict[str, Any]]] = []  # (visit, ctx) of the items that run together
+            while i < len(items) and len(batch) < width:
+                # max_visits stops the items early, max_steps truncates the rollout
+                if i and (self._out_of_steps(r) or (node.max_visits is not None
+                                                     and r.visits.get(nid, 0) >= node.max_visits)):
+                    i = len(items)
+                    break
+                r.steps += 1
+                r.visits[nid] = r.visits.get(nid, 0) + 1
+                visit = r.visits[nid]
+                r.path.append((nid, visit))
+                ctx = self._ctx(r, visit)  # a batch's items all see the state as it was before the batch
+                if node.foreach is not None:
+                    ctx[node.foreach.as_] = items[i]
+                    ctx["loop"] = {"index": i, "count": len(items), "first": i == 0, "last": i == len(items) - 1}
+                batch.append((visit, ctx))
+                i += 1
+            if not batch:
                 break
-            r.steps += 1
-            r.visits[nid] = r.visits.get(nid, 0) + 1
-            visit = r.visits[nid]
-            r.path.append((nid, visit))
-            ctx = self._ctx(r, visit)
-            if node.foreach is not None:
-                ctx[node.foreach.as_] = item
-                ctx["loop"] = {"index": i, "count": len(items), "first": i == 0, "last": i == len(items) - 1}
-            try:
-                output = await handler.run(self, r, nid, node, visit, ctx)
-            except FAULTS as exc:
-                if getattr(node, "on_error", None) is None:
-                    raise
-                r.ns[nid] = NodeResult(text="", ok=False, error=f"{type(exc).__name__}: {exc}")
-                return node.on_error
-            if r.status == "aborted":
-                return END
-            ctx["output"] = output
-            ctx[nid] = output
-            r.ns[nid] = output
-            self._updates(r, nid, node, ctx)
-            if node.append_to is not None:
-                where = ("nodes", nid, "append_to", "content")
-                content = self.plain_text(where, self.render.text(where, node.append_to.content, ctx))
-                thread = self.thread(r, node.append_to.thread)
-                if node.append_to.in_response:
-                    try:
-                        thread.continue_response(str(content), owner=(nid, visit))
-                    except ThreadStateError as exc:
-                        raise RenderError(self.plan.span("nodes", nid, "append_to"), str(exc)) from None
-                else:
-                    thread.add_messages([{"role": node.append_to.role, "content": content}], owner=(nid, visit))
+            results = await self._run_items(r, nid, node, handler, batch)
+            for (visit, ctx), res in zip(batch, results):
+                if isinstance(res, BaseException):
+                    if not isinstance(res, FAULTS) or getattr(node, "on_error", None) is None:
+                        raise res
+                    r.ns[nid] = NodeResult(text="", ok=False, error=f"{type(res).__name__}: {res}")
+                    return node.on_error
+                if r.status == "aborted":
+                    return END
+                output = res
+                self._record(r, nid, node, visit, ctx, res)
             if abort is not None and abort.is_set():
                 break
         ctx = self._ctx(r, r.visits.get(nid, 0))
         ctx["output"] = output if output is not None else NodeResult()
         return handler.route(self, nid, node, ctx)
+
+    async def _run_items(self, r: RolloutState, nid: str, node: Any, handler: Any,
+                         batch: list[tuple[int, dict[str, Any]]]) -> list[Any]:
+        """The handler once per (visit, ctx), concurrently; results (or exceptions) in item order, and
+        the samples they made in item order too (not in the order the calls happened to finish)."""
+        if len(batch) == 1:
+            visit, ctx = batch[0]
+            try:
+                return [await handler.run(self, r, nid, node, visit, ctx)]
+            except FAULTS as exc:
+                return [exc]
+        first = len(r.samples)
+        results = await asyncio.gather(*(handler.run(self, r, nid, node, visit, ctx) for visit, ctx in batch),
+                                       return_exceptions=True)
+        made = r.samples[first:]
+        made.sort(key=lambda s: s.spans[0].visit if isinstance(s, TrainingSample) and s.spans else 0)
+        r.samples[first:] = made
+        return list(results)
+
+    def _record(self, r: RolloutState, nid: str, node: Any, visit: int, ctx: dict[str, Any], output: NodeResult) -> None:
+        """A visit's result: the node's name and `output` bound, its state writes, its append_to."""
+        ctx["output"] = output
+        ctx[nid] = output
+        r.ns[nid] = output
+        self._updates(r, nid, node, ctx)
+        if node.append_to is not None:
+            where = ("nodes", nid, "append_to", "content")
+            content = self.plain_text(where, self.render.text(where, node.append_to.content, ctx))
+            thread = self.thread(r, node.append_to.thread)
+            if node.append_to.in_response:
+                try:
+                    thread.continue_response(str(content), owner=(nid, visit))
+                except ThreadStateError as exc:
+                    raise RenderError(self.plan.span("nodes", nid, "append_to"), str(exc)) from None
+            else:
+                thread.add_messages([{"role": node.append_to.role, "content": content}], owner=(nid, visit))
 
     def _ctx(self, r: RolloutState, visit: int) -> dict[str, Any]:
         ctx = dict(r.ns)

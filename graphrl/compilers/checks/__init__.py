@@ -24,6 +24,7 @@ CHECKS = (
     graph.missing_defaults,
     graph.names,
     graph.foreach_over_text,
+    graph.parallel_threads,
     refs.check_models,
     refs.check_threads,
     refs.check_state_writes,

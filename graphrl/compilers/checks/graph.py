@@ -107,6 +107,16 @@ def names(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
 _WHAT = {"constants": "a constant", "inputs": "an input", "state": "a state variable", "nodes": "a node"}
 
 
+def parallel_threads(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
+    """A thread is one conversation: a node continuing it cannot run its foreach items in parallel."""
+    for nid, n in g.nodes.items():
+        fe = n.foreach
+        if fe is not None and fe.parallel > 1 and getattr(n, "thread", None):
+            yield Diagnostic("E003", f"node '{nid}' continues thread '{n.thread}' and cannot run its items in "
+                             "parallel: a thread's calls follow one another", g.span("nodes", nid, "foreach", "parallel"),
+                             "remove parallel (or use a fresh prompt: instead of thread:)")
+
+
 def foreach_over_text(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
     """E107: `foreach` over what is statically a text (a node's `.text`, a state variable or a
     constant holding a string) without `chunk_tokens`: it would iterate characters."""

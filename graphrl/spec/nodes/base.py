@@ -39,12 +39,15 @@ class AppendTo(_Base):
 
 
 class Foreach(_Base):
-    """Run the node once per item (sequentially, state updated between items), then follow `next`."""
+    """Run the node once per item, then follow `next`. Items run one at a time (state updated between
+    them), or `parallel` at a time: the items of a batch see the state as it was before the batch, and
+    their results are applied in item order."""
 
     over: str = Field(description="expression: a list, or a string when chunk_tokens is set")
     as_: str = Field("item", alias="as", description="name of the loop variable")
     chunk_tokens: int | None = Field(None, ge=1, description="split the string into chunks of N tokens")
     max: int | None = Field(None, ge=1, description="at most N items (extra items are dropped)")
+    parallel: int = Field(1, ge=1, description="items run at a time (1: one after another)")
 
 
 class NodeBase(_Base):
