@@ -29,6 +29,18 @@ def _or_string(prop: dict[str, Any], what: str) -> dict[str, Any]:
 
 
 
+CONSTANT_REF = {"type": "string", "pattern": r"^\$[A-Za-z_][A-Za-z0-9_]*$",
+                "description": "$NAME: the value of a constant (constants:)"}
+
+
+def _accept_constant_refs(schema: dict[str, Any]) -> None:
+    """Every property also accepts `$NAME` (graphrl.spec.constants replaces it before validation)."""
+    for holder in [schema, *schema.get("$defs", {}).values()]:
+        for name, prop in list(holder.get("properties", {}).items()):
+            if name != "constants":
+                holder["properties"][name] = {"anyOf": [prop, CONSTANT_REF]}
+
+
 def graph_json_schema(sections: Mapping[str, type[BaseModel]] | None = None) -> dict[str, Any]:
     """The schema; `sections`: the compile targets' graph sections (name -> settings model)."""
     schema = copy.deepcopy(_SchemaGraph.model_json_schema(by_alias=True))
@@ -60,5 +72,6 @@ def graph_json_schema(sections: Mapping[str, type[BaseModel]] | None = None) -> 
         defs.update(sub.pop("$defs", {}))
         defs[model.__name__] = sub
         props[name] = {"$ref": f"#/$defs/{model.__name__}"}
+    _accept_constant_refs(schema)
     props["reward"] = {"anyOf": [{"$ref": "#/$defs/Reward"}, {"type": "string"}, {"type": "null"}]}
     return schema
