@@ -67,6 +67,14 @@ def _resolve_node(g: Graph, nid: str, inlined: dict[tuple, str]) -> Any:
     return node
 
 
+def _resolve_reward(spec: GraphSpec):
+    """The reward with its training key explicit: a composite reward trains on its `score`."""
+    r = spec.reward
+    if r is not None and r.terms is not None and r.key is None:
+        return r.model_copy(update={"key": "score"})
+    return r
+
+
 def _spans(g: Graph) -> dict[str, str]:
     out: dict[str, str] = {}
     for path, span in g.located.spans.items():
@@ -102,7 +110,7 @@ def lower(g: Graph) -> Plan:
         state=dict(spec.state),
         threads=threads,
         nodes={nid: _resolve_node(g, nid, inlined) for nid in g.nodes},
-        reward=spec.reward,
+        reward=_resolve_reward(spec),
         limits=spec.limits,
         targets={name: settings.model_dump(mode="json") for name, settings in sorted(g.targets.items())},
         training=Training(per_call=layout.per_call, threads=layout.threads, fanout=layout.fanout,

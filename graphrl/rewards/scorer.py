@@ -68,6 +68,10 @@ class RewardBox:
             return await self._math(args, judge_model, judge)
         if fn == "judge":
             return float(await self._ask(judge, judge_model, args, VERDICT_PROMPT))
+        if fn == "format":
+            return text.format_match(**args)
+        if fn == "tool_use":
+            return text.tool_use(**args)
         ref = resolve_callable(fn, self._search)
         if isinstance(ref, ImportProblem):
             raise ValueError(ref.message)

@@ -92,3 +92,16 @@ def sub_em(prediction, label, extract=None, tail_chars=None) -> float:
 
 def f1(prediction, label, extract=None, tail_chars=None) -> float:
     return _best(_f1, prediction, label, extract, tail_chars)
+
+
+def format_match(text: Any, pattern: str) -> float:
+    """1.0 when `pattern` (a regular expression) is found in `text` (`.` matches newlines), else 0.0."""
+    return 1.0 if re.search(pattern, "" if text is None else str(text), re.DOTALL) else 0.0
+
+
+def tool_use(calls: Any, min: Any = 1) -> float:  # noqa: A002 - the argument's documented name
+    """1.0 when `calls` (a count) is at least `min`, else 0.0; a missing count is 0."""
+    try:
+        return 1.0 if float(calls or 0) >= float(min) else 0.0
+    except (TypeError, ValueError):
+        return 0.0

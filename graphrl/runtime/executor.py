@@ -369,13 +369,25 @@ class Executor:
         return strip_stop(renderer, gen.output_ids)
 
     async def _reward(self, r: RolloutState) -> float | dict[str, Any] | None:
+        """The reward's value; a composite reward (`terms:`) gives {score, <term>: value, ...}."""
         spec = self.plan.reward
         assert spec is not None
         ctx = self._ctx(r, 0)
         ctx["usage"] = usage(r.calls)
-        args = self.render.value(("reward", "args"), spec.args, ctx)
-        return await self.rewards.score(spec.fn, args, judge_model=spec.judge,
-                                        judge=functools.partial(self._judge, r))
+        judge = functools.partial(self._judge, r)
+        values = {}
+        for path, fn, args in spec.items():
+            value = await self.rewards.score(fn, self.render.value(path, args, ctx), judge_model=spec.judge,
+                                             judge=judge)
+            if spec.terms is None:
+                return value
+            if value is None:
+                raise TypeError(f"term '{path[2]}' ({fn}) returned None (a float or a dict with 'score' is expected)")
+            values[path[2]] = float(value["score"]) if isinstance(value, Mapping) else float(value)
+        assert spec.terms is not None
+        weighted = [spec.terms[name].weight * v for name, v in values.items()]
+        score = max(weighted) if spec.combine == "max" else sum(weighted)
+        return {"score": score, **values}
 
     def _finish_samples(self, r: RolloutState, reward: Any) -> tuple[TrainingSample, ...]:
         frozen: list[TrainingSample] = []

@@ -42,6 +42,8 @@ BUILTIN_REWARDS: dict[str, Signature] = {
                             judge=True),
     "judge": Signature(("question", "prediction", "label"), ("instructions",),
                        "ask the judge model; parses a last-line VERDICT: True/False", judge=True),
+    "format": Signature(("text", "pattern"), (), "1.0 when the regex `pattern` is found in `text` (DOTALL), else 0.0"),
+    "tool_use": Signature(("calls",), ("min",), "1.0 when `calls` (a number, e.g. from usage.calls) >= min (1), else 0.0"),
 }
 
 BUILTIN_GROUP_REWARDS: dict[str, Signature] = {

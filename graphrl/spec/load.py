@@ -382,8 +382,9 @@ def _sites(g: Graph) -> Iterator[Site]:
             if b.when is not None:
                 yield site(base + ("next", i, "when"), b.when, "expression", nid)
     if spec.reward:
-        for p, t in walk_strings(spec.reward.args, ("reward", "args")):
-            yield site(p, t, "template", None)
+        for path, _, args in spec.reward.items():
+            for p, t in walk_strings(args, path):
+                yield site(p, t, "template", None)
         if spec.reward.group:
             for p, t in walk_strings(spec.reward.group.args, ("reward", "group", "args")):
                 yield site(p, t, "template", None)

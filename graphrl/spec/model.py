@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from .common import (  # noqa: F401 - re-exported: the language's shared names
     ABORT,
@@ -110,14 +110,42 @@ class GroupReward(_Base):
     args: dict[str, Any] = Field(default_factory=dict)
 
 
-class Reward(_Base):
+class RewardTerm(_Base):
+    """One term of a composite reward: a built-in or module:function reward, and its weight."""
+
     fn: str = Field(description="built-in reward name or module:function")
     args: dict[str, Any] = Field(default_factory=dict, description="keyword arguments (templates)")
+    weight: float = Field(1.0, description="the term's weight in the combination")
+
+
+class Reward(_Base):
+    fn: str | None = Field(None, description="built-in reward name or module:function (or `terms:`)")
+    args: dict[str, Any] = Field(default_factory=dict, description="keyword arguments (templates)")
+    terms: dict[str, RewardTerm] | None = Field(
+        None, description="a composite reward: name -> {fn, args, weight}; the reward is {score, <name>: value...}")
+    combine: Literal["sum", "max"] = Field(
+        "sum", description="terms: score = sum of weight x value, or the max of them (Search-R1's format score)")
     judge: str | None = Field(None, description="model used as a judge by rewards that take one")
     key: str | None = Field(None, description="for dict rewards: the key slime trains on (--reward-key)")
     credit: Literal["even", "broadcast"] = Field(
         "even", description="split across a rollout's samples (reward / n) or give each the full reward")
     group: GroupReward | None = None
+
+    @model_validator(mode="after")
+    def _fn_or_terms(self) -> "Reward":
+        if (self.fn is None) == (self.terms is None):
+            raise ValueError("a reward has either fn: (with args:) or terms: (a composite reward), not both")
+        if self.terms is not None and self.args:
+            raise ValueError("args: belong to each term of a composite reward")
+        if self.terms is not None and not self.terms:
+            raise ValueError("terms: needs at least one term")
+        return self
+
+    def items(self) -> list[tuple[tuple, str, dict[str, Any]]]:
+        """(path of its args, fn, args) of the reward, or of each term."""
+        if self.terms is None:
+            return [(("reward", "args"), str(self.fn), self.args)]
+        return [(("reward", "terms", name, "args"), t.fn, t.args) for name, t in self.terms.items()]
 
 
 class Limits(_Base):

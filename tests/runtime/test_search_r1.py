@@ -51,7 +51,8 @@ def test_search_then_answer(kit, plan, retrieval_url):
                  "</search>"),
         _stopped(kit, "<think>Haldis.</think>\n<answer> Haldis </answer>", "</answer>")])
     assert res.status == "completed", res.error
-    assert res.reward == 1.0
+    assert res.reward == {"score": 1.0, "em": 1.0, "format": 1.0}
+    assert res.samples[0].reward == 1.0  # trained on the composite's score
     assert [n for n, _ in res.path] == ["think", "search", "think"]
     (s,) = res.samples
     assert [(sp.node, sp.kind, sp.mask) for sp in s.spans] == [
@@ -68,7 +69,7 @@ def test_invalid_action_gets_the_correction_inside_the_response(kit, plan, retri
         "I think it is Haldis.",  # no tag, ends its turn with <|im_end|>
         _stopped(kit, "<answer>Haldis</answer>", "</answer>")])
     assert res.status == "completed", res.error
-    assert [n for n, _ in res.path] == ["think", "invalid", "think"] and res.reward == 1.0
+    assert [n for n, _ in res.path] == ["think", "invalid", "think"] and res.reward["score"] == 1.0
     text = kit.r.decode(res.samples[0].response_ids)
     assert INVALID in text and text.index("<|im_end|>") < text.index(INVALID)
 
@@ -77,7 +78,7 @@ def test_a_length_cut_ends_the_rollout_truncated(kit, plan, retrieval_url):
     cut = kit.ids("<think>" + "very long " * 5, stop=False)
     res, engine = _run(kit, plan, retrieval_url, [
         Scripted(output_ids=cut, logprobs=(-0.5,) * len(cut), finish_reason=FinishReason("length", matched=len(cut)))])
-    assert res.status == "truncated" and len(engine.requests) == 1 and res.reward == 0.0
+    assert res.status == "truncated" and len(engine.requests) == 1 and res.reward["score"] == 0.0
 
 
 def test_at_most_max_turns_policy_calls(kit, plan, retrieval_url):
@@ -85,11 +86,11 @@ def test_at_most_max_turns_policy_calls(kit, plan, retrieval_url):
     res, engine = _run(kit, plan, retrieval_url, [search] * 10)
     assert len(engine.requests) == plan.constants["max_turns"] == 4
     assert [n for n, _ in res.path].count("search") == 4
-    assert res.status == "completed" and res.reward == 0.0  # no answer
+    assert res.status == "completed" and res.reward["score"] == 0.0  # no answer, no format
     (s,) = res.samples
     assert sum(1 for sp in s.spans if sp.kind == "generated") == 4
 
 
-def test_wrong_answer_scores_zero(kit, plan, retrieval_url):
+def test_a_wrong_but_well_formed_answer_gets_the_format_score(kit, plan, retrieval_url):
     res, _ = _run(kit, plan, retrieval_url, [_stopped(kit, "<answer>Orrick</answer>", "</answer>")])
-    assert res.status == "completed" and res.reward == 0.0
+    assert res.status == "completed" and res.reward == {"score": 0.2, "em": 0.0, "format": 1.0}

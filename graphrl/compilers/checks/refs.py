@@ -126,19 +126,24 @@ def check_rewards(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
     r = g.spec.reward
     if r is None:
         return
-    if r.fn in BUILTIN_REWARDS:
-        sig = BUILTIN_REWARDS[r.fn]
-        yield from _check_builtin(sig, r.args, f"reward '{r.fn}'", ("reward", "args"), g)
-        if r.judge and not sig.judge:
-            yield Diagnostic("E304", f"reward '{r.fn}' takes no judge", g.span("reward", "judge"),
-                             f"rewards with a judge: {', '.join(k for k, s in BUILTIN_REWARDS.items() if s.judge)}")
-        if r.fn == "judge" and not r.judge:
-            yield Diagnostic("E006", "reward 'judge' needs judge: MODEL", g.span("reward", key=True))
-    elif ":" in r.fn:
-        yield from _check_user(r.fn, 0, r.args, "E303", ("reward", "fn"), g)
-    else:
-        yield Diagnostic("E305", f"unknown reward '{r.fn}'", g.span("reward", "fn"),
-                         did_you_mean(r.fn, BUILTIN_REWARDS) or f"built-in rewards: {', '.join(BUILTIN_REWARDS)}")
+    judged = False
+    for args_path, fn, args in r.items():
+        fn_path = args_path[:-1] + ("fn",)
+        if fn in BUILTIN_REWARDS:
+            sig = BUILTIN_REWARDS[fn]
+            judged |= sig.judge
+            yield from _check_builtin(sig, args, f"reward '{fn}'", args_path, g)
+            if fn == "judge" and not r.judge:
+                yield Diagnostic("E006", "reward 'judge' needs judge: MODEL", g.span("reward", key=True))
+        elif ":" in fn:
+            judged = True  # a user reward may ask the judge
+            yield from _check_user(fn, 0, args, "E303", fn_path, g)
+        else:
+            yield Diagnostic("E305", f"unknown reward '{fn}'", g.span(*fn_path),
+                             did_you_mean(fn, BUILTIN_REWARDS) or f"built-in rewards: {', '.join(BUILTIN_REWARDS)}")
+    if r.judge and not judged:
+        yield Diagnostic("E304", f"reward '{r.fn or ', '.join(r.terms or ())}' takes no judge", g.span("reward", "judge"),
+                         f"rewards with a judge: {', '.join(k for k, s in BUILTIN_REWARDS.items() if s.judge)}")
     if r.group:
         if r.group.fn in BUILTIN_GROUP_REWARDS:
             yield from _check_builtin(BUILTIN_GROUP_REWARDS[r.group.fn], r.group.args,

@@ -236,7 +236,7 @@ def readme(plan: Plan, out_dir: str | Path) -> str:
         rows.append(("sglang_config.yaml", "`--sglang-config`: slime serves the frozen models with serve: "
                                            "(policy first, update_weights only for the policy)"))
     table = "\n".join(f"| {a} | {b} |" for a, b in rows)
-    reward = (f"`{plan.reward.fn}` (credit {plan.reward.credit}), filled by generate" if plan.reward
+    reward = (f"`{plan.reward.fn or 'terms: ' + ', '.join(plan.reward.terms or ())}` (credit {plan.reward.credit}), filled by generate" if plan.reward
               else "none in the graph: slime's reward model scores samples (pass --rm-type)")
     return f"""# {plan.name} — compiled for slime
 
