@@ -44,7 +44,7 @@ class Plan(BaseModel):
     """The frozen execution plan; `graphrl run` and the slime target execute exactly this."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
-    format: Literal["graphrl.plan/2"] = PLAN_FORMAT
+    format: Literal["graphrl.plan/2"] = "graphrl.plan/2"
     graphrl_version: str
     name: str
     description: str | None = None

@@ -79,6 +79,6 @@ def _with_metadata(rows: list[dict], extra: dict[str, object]) -> tuple[list[dic
 
 def cap_max_tokens(plan: Plan, cap: int) -> Plan:
     """The plan with every llm node's max_tokens clamped to `cap`."""
-    nodes = {nid: n.model_copy(update={"max_tokens": min(n.max_tokens, cap)}) if isinstance(n, LLMNode) else n
+    nodes = {nid: n.model_copy(update={"max_tokens": min(n.max_tokens or cap, cap)}) if isinstance(n, LLMNode) else n
              for nid, n in plan.nodes.items()}
     return plan.model_copy(update={"nodes": nodes})

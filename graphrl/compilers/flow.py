@@ -58,8 +58,9 @@ def build_flow(g: Graph) -> Flow:
         base = ("nodes", nid)
         for path, target, label in n.edges():
             refs.append(Ref(nid, target, base + _yaml_path(g, base, path), label))
-        if getattr(n, "on_error", None) is not None:
-            refs.append(Ref(nid, n.on_error, base + ("on_error",), "on_error"))
+        on_error = getattr(n, "on_error", None)
+        if on_error is not None:
+            refs.append(Ref(nid, on_error, base + ("on_error",), "on_error"))
         if n.max_visits is not None or n.token_budget is not None:
             refs.append(Ref(nid, n.on_limit or END, base + ("on_limit",), "on_limit"))
     dg = nx.DiGraph()

@@ -14,7 +14,7 @@ from typing import Any
 try:  # orjson is optional: a few times faster on the large int arrays of input_ids
     import orjson as _orjson
 except ImportError:  # pragma: no cover - depends on the environment
-    _orjson = None
+    _orjson = None  # type: ignore[assignment]  # the json fallback below
 
 __all__ = ["dumps", "loads", "BACKEND"]
 

@@ -36,10 +36,12 @@ Hook = Callable[[list[RolloutResult]], list[RolloutResult]]
 JUDGE_NODE = "reward"  # the node name the executor records reward-judge calls under
 
 
-def group_reward_hook(plan: Plan, rows: Sequence[Mapping[str, Any]], search: list[Path] | None = None) -> Hook | None:
-    spec = plan.reward.group if plan.reward is not None else None
-    if spec is None:
+def group_reward_hook(plan: Plan, rows: Sequence[Mapping[str, Any]] | Mapping[Any, Mapping[str, Any]],
+                      search: list[Path] | None = None) -> Hook | None:
+    """`rows`: the data rows by group (a list indexed by row, or a mapping from group id to row)."""
+    if plan.reward is None or plan.reward.group is None:
         return None
+    spec = plan.reward.group
     renderer = Renderer(plan)
     credit, key = plan.reward.credit, plan.reward.key
 

@@ -51,10 +51,10 @@ TEMPLATE_SHA256 = "6589f1691d3ec1e49daf18fd47bfbb0c3f18b273ba62d0eb6fc9b61bd6104
 # is built once, with the same settings except the circular-reference check (markers=None): a
 # circular value raises RecursionError instead of ValueError, and any error declines.
 try:
-    from json.encoder import c_make_encoder as _c_make_encoder
+    from json.encoder import c_make_encoder as _c_make_encoder  # type: ignore[attr-defined]  # CPython's C part
     from json.encoder import encode_basestring as _encode_basestring
 except ImportError:  # pragma: no cover - a json module without its C accelerator
-    _c_make_encoder = _encode_basestring = None
+    _c_make_encoder = _encode_basestring = None  # type: ignore[assignment]  # the native renderer declines
 
 
 def _not_serializable(o: Any) -> Any:

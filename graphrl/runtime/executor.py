@@ -125,8 +125,8 @@ class Executor:
                                        "is missing from the data row")
                 value = decl.default
             r.ns[name] = value
-        for name, decl in self.plan.state.items():
-            r.state[name] = _copy(decl.default)
+        for name, var in self.plan.state.items():
+            r.state[name] = _copy(var.default)
 
     async def _execute(self, r: RolloutState, abort: asyncio.Event | None) -> None:
         self._init(r)

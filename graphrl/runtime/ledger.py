@@ -308,10 +308,9 @@ def assign_credit(reward: float | Mapping[str, float], n_samples: int,
         raise ValueError(f"credit mode must be 'even' or 'broadcast', got {mode!r}")
     share = 1.0 if mode == "broadcast" else 1.0 / n_samples
     if isinstance(reward, Mapping):
-        one: float | dict[str, float] = {k: float(v) * share for k, v in reward.items()}
-        return tuple(dict(one) for _ in range(n_samples))
-    one = float(reward) * share
-    return (one,) * n_samples
+        credited = {k: float(v) * share for k, v in reward.items()}
+        return tuple(dict(credited) for _ in range(n_samples))
+    return (float(reward) * share,) * n_samples
 
 
 def check_fanout(samples: Sequence[TrainingSample], reward: float | Mapping[str, float],
@@ -328,13 +327,13 @@ def check_fanout(samples: Sequence[TrainingSample], reward: float | Mapping[str,
         raise FanoutError(f"sibling sample indices repeat: {indices}")
     keys = list(reward) if isinstance(reward, Mapping) else [None]
     for key in keys:
-        target = float(reward[key] if key is not None else reward)  # type: ignore[index]
+        target = float(reward[key] if key is not None else reward)  # type: ignore[index,arg-type]
         got = []
         for s in samples:
             value = s.reward
             if isinstance(value, Mapping) != (key is not None) or value is None:
                 raise FanoutError(f"sample {s.index} reward {value!r} does not match {reward!r}")
-            got.append(float(value[key] if key is not None else value))  # type: ignore[index]
+            got.append(float(value[key] if key is not None else value))  # type: ignore[index,arg-type]
         label = "" if key is None else f"[{key!r}]"
         if mode == "even":
             total = math.fsum(got)

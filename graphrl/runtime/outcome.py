@@ -70,6 +70,7 @@ def settle(plan: Plan, res: Any, *, evaluation: bool = False, scored_elsewhere: 
         samples = [samples[-1]]
     out = []
     for i, s in enumerate(samples):
+        reward: Any
         if scored_elsewhere:
             reward = None
         elif not ok:

@@ -156,17 +156,17 @@ def _one(p: Parse, text: str, custom: Callable[[str], Callable[[str], Any]] | No
         if missing:
             problems.append("missing " + ", ".join(missing))
     for name, pattern in (p.regex or {}).items():
-        ms = list(re.finditer(pattern, text, re.S))
+        ms = list(re.finditer(pattern, text or "", re.S))
         if not ms:
             problems.append(f"regex {name} did not match")
         else:
-            fields[name] = ms[-1].group(1) if ms[-1].groups() else ms[-1].group(0)
-    for name, fn in ((p.json_, first_json), (p.tool_calls, tool_calls), (p.call, python_call)):
-        if name:
+            fields[name] = (ms[-1].group(1) if ms[-1].groups() else ms[-1].group(0)) or ""
+    for target, fn in ((p.json_, first_json), (p.tool_calls, tool_calls), (p.call, python_call)):
+        if target:
             try:
-                fields[name] = fn(text)
+                fields[target] = fn(text)
             except ValueError as exc:
-                problems.append(f"{name}: {exc}")
+                problems.append(f"{target}: {exc}")
     if p.code:
         m = _FENCE.search(text)
         (problems.append("no fenced code block") if m is None else fields.__setitem__(p.code, m.group(1)))

@@ -50,7 +50,7 @@ class RunSummary:
         self.samples += len(res.samples)
         self.statuses[res.status] += 1
         if res.reward is not None:
-            r = res.reward
+            r: Any = res.reward
             if isinstance(r, dict):
                 r = r.get(reward_key) if reward_key else next((v for v in r.values() if isinstance(v, (int, float))), None)
             if isinstance(r, (int, float)):

@@ -62,7 +62,8 @@ class TrainedThread:
                 self._on_sample(self.sample)
             elif delta.ids and self.sample is not None:
                 for part in delta.parts:
-                    who, when = self._owners.get(part.message_index, (node, visit))
+                    who, when = (node, visit) if part.message_index is None else self._owners.get(
+                        part.message_index, (node, visit))
                     self.sample.append(delta.ids[part.start:part.end], mask=0, node=who, visit=when, kind=part.kind)
         return self.chat.ids
 

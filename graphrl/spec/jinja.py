@@ -56,6 +56,7 @@ def attribute_refs(ast: nodes.Node) -> list[tuple[str, str, int]]:
     out = []
     bound = {n.name for n in ast.find_all(nodes.Name) if n.ctx in ("store", "param")}
     for node in ast.find_all((nodes.Getattr, nodes.Getitem)):
+        assert isinstance(node, (nodes.Getattr, nodes.Getitem))
         if isinstance(node.node, nodes.Name) and node.node.name not in bound:
             if isinstance(node, nodes.Getattr):
                 out.append((node.node.name, node.attr, node.lineno))

@@ -300,7 +300,7 @@ def _source_path(loc: Located, path: tuple, text: str) -> tuple:
 
 def _inline(loc: Located, path: tuple, text: str) -> TemplateSource:
     path = _source_path(loc, path, text)
-    span = loc.span(path)
+    span = loc.span(path) or Span(loc.file, 1, 1)
     if path in loc.block_paths:
         return TemplateSource(text, loc.file, span.line + 1, _block_indent(loc, span.line, len(text.splitlines())) + 1,
                               inline=True, block=True)

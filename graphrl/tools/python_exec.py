@@ -61,6 +61,7 @@ async def run_python(code: str, *, timeout: float = 30.0, stdin: str | None = No
         report_w = -1
         feeder = asyncio.create_task(_feed(proc, stdin))
         buf, overflowed = bytearray(), asyncio.Event()
+        assert proc.stdout is not None and proc.stdin is not None  # both are pipes
         reader = asyncio.create_task(_drain(proc.stdout, buf, OUTPUT_CAP, overflowed))
         finished = asyncio.create_task(_exit(proc, reader))
         watch = asyncio.create_task(overflowed.wait())
@@ -79,7 +80,7 @@ async def run_python(code: str, *, timeout: float = 30.0, stdin: str | None = No
         out = bytes(buf)
         rc = proc.returncode
         if rc != 0:
-            return _result(out, f"[exit status {rc}{_signal_note(rc)}]" if not out else "",
+            return _result(out, f"[exit status {rc}{_signal_note(rc or 0)}]" if not out else "",
                            f"exit status {rc}", rc, report_r)
         return _result(out, "", None, rc, report_r)
     finally:
@@ -103,6 +104,7 @@ def _result(out: bytes, note: str, error: str | None, rc: int | None, report_r: 
 
 
 async def _feed(proc: asyncio.subprocess.Process, stdin: str | None) -> None:
+    assert proc.stdin is not None
     try:
         if stdin:
             proc.stdin.write(stdin.encode("utf-8"))

@@ -37,7 +37,7 @@ class CorpusError(ValueError):
 
 
 def read_corpus(path: str | Path) -> list[dict[str, Any]]:
-    docs = []
+    docs: list[dict[str, Any]] = []
 
     try:
         for lineno, rec in iter_jsonl(path):
@@ -116,7 +116,8 @@ def retrieval_service(corpus: str | Path, host: str = "127.0.0.1", port: int = 0
     app = make_app(BM25Index(read_corpus(corpus)))
     loop = asyncio.new_event_loop()
     ready: dict[str, Any] = {}
-    started, stop = threading.Event(), None
+    started = threading.Event()
+    stop: asyncio.Event | None = None
 
     async def main() -> None:
         nonlocal stop
@@ -140,6 +141,7 @@ def retrieval_service(corpus: str | Path, host: str = "127.0.0.1", port: int = 0
     try:
         yield ready["url"]
     finally:
+        assert stop is not None  # set by main() before `ready` has a url
         loop.call_soon_threadsafe(stop.set)
         thread.join(10)
         loop.close()

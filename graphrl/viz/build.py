@@ -68,11 +68,12 @@ def output_format(out: str | None, fmt: str, kind: str) -> str:
         if out is None:
             return "text"
         suffix = Path(out).suffix.lower()
-        fmt = EXTENSIONS.get(suffix)
-        if fmt is None or fmt not in allowed:
+        guessed = EXTENSIONS.get(suffix)
+        if guessed is None or guessed not in allowed:
             exts = sorted(k for k, v in EXTENSIONS.items() if v in allowed)
             raise VizError(f"cannot tell the output format from '{out}': for a {kind} use "
                            f"{', '.join(exts)}, or --format {{{','.join(allowed)}}}")
+        fmt = guessed
     if fmt not in allowed:
         raise VizError(f"--format {fmt} is not available for a {kind}; choose one of {', '.join(allowed)}")
     if out is None and fmt == "html":

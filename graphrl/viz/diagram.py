@@ -152,7 +152,7 @@ def _flow_source(plan) -> SimpleNamespace:
 
 
 def diagram_from_plan(plan) -> Diagram:
-    flow = build_flow(_flow_source(plan))
+    flow = build_flow(_flow_source(plan))  # type: ignore[arg-type]  # reads only start, nodes, located
     dg = flow.graph
     nodes = [DNode(START, "start", "terminal", ("start",), "start")]
     for nid, n in plan.nodes.items():

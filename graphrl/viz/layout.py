@@ -229,12 +229,12 @@ def layered_layout(nodes: Sequence[str], sizes: Mapping[str, tuple[float, float]
     anchor = {n: (-(width[n] / 2 - 4) if n in label_dummy.values() else 0.0) for n in rank}
     x = _place_x(ranks, width, anchor, up, down)
     y: dict[str, float] = {}
-    top = margin
-    for r in ranks:
-        h = max((height[n] for n in r), default=0.0)
-        for n in r:
-            y[n] = top + h / 2
-        top += h + RANK_GAP
+    y_top = margin
+    for row in ranks:
+        h = max((height[n] for n in row), default=0.0)
+        for n in row:
+            y[n] = y_top + h / 2
+        y_top += h + RANK_GAP
     left = min(x[n] - width[n] / 2 for n in x)
     boxes = {n: Box(_r(x[n] - left + margin), _r(y[n]), float(sizes[n][0]), float(sizes[n][1])) for n in nodes}
     right = max(x[n] - left + margin + width[n] / 2 for n in x) + margin
@@ -254,7 +254,7 @@ def layered_layout(nodes: Sequence[str], sizes: Mapping[str, tuple[float, float]
             d = label_dummy[i]
             at = (_r(x[d] - left + margin - width[d] / 2 + 10), _r(y[d] + 4))
         routes.append(Route(a, b, pts, at, i in back, False))
-    return Layout(boxes, tuple(routes), _r(right), _r(top - RANK_GAP + margin))
+    return Layout(boxes, tuple(routes), _r(right), _r(y_top - RANK_GAP + margin))
 
 
 def _ports(edges, back, chains, boxes, dx) -> dict[tuple[int, str], tuple[float, float]]:

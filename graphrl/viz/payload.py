@@ -70,7 +70,7 @@ def _lp_u16(lps: Sequence[float]) -> array:
     try:
         import numpy as np
     except ImportError:
-        np = None
+        np = None  # type: ignore[assignment]  # plain Python below
     if np is not None:
         q = np.rint(-np.asarray(lps, dtype=np.float64) * 1000.0)
         q = np.clip(np.nan_to_num(q, nan=65535.0), 0, 65535).astype("<u2")
@@ -99,7 +99,7 @@ class _Index:
 
 
 def _call_row(c: dict[str, Any], nodes: _Index) -> list[Any]:
-    row = [nodes(str(c.get("node", "?"))), int(c.get("visit", 0) or 0)]
+    row: list[Any] = [nodes(str(c.get("node", "?"))), int(c.get("visit", 0) or 0)]
     for f in CALL_FIELDS:
         v = c.get(f)
         row.append(round(v, 6) if isinstance(v, float) else v)
@@ -128,7 +128,8 @@ def build_payload(traj: Trajectory, vocab: Vocab, node_order: Sequence[str], *, 
     raw = {str(k): table[i].raw.hex() for k, i in enumerate(ids) if table[i].text is None}
     special = [k for k, i in enumerate(ids) if table[i].special]
 
-    rollouts, samples = [], []
+    rollouts: list[dict[str, Any]] = []
+    samples: list[dict[str, Any]] = []
     for ri, r in enumerate(traj.rollouts):
         path = [[nodes(nd), v] for nd, v in r.path]
         rollouts.append({"g": r.group, "n": r.n, "id": r.rollout_id, "status": r.status, "reward": r.reward,
@@ -144,8 +145,7 @@ def build_payload(traj: Trajectory, vocab: Vocab, node_order: Sequence[str], *, 
         tok = lp = None
         if keep:
             tok = _b64(array("I" if wide else "H", (local[t] for t in s.tokens)))
-            lp = _lp_u16(s.log_probs)
-            lp = _b64(lp)
+            lp = _b64(_lp_u16(s.log_probs))
         trained = sum(s.loss_mask)
         samples.append({"r": ri, "i": s.index, "status": s.status, "reward": s.reward, "rs": scalar_reward(s.reward),
                         "pl": s.prompt_length, "rl": s.response_length, "trained": trained,

@@ -111,8 +111,9 @@ def parallel_threads(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
     """A thread is one conversation: a node continuing it cannot run its foreach items in parallel."""
     for nid, n in g.nodes.items():
         fe = n.foreach
-        if fe is not None and fe.parallel > 1 and getattr(n, "thread", None):
-            yield Diagnostic("E003", f"node '{nid}' continues thread '{n.thread}' and cannot run its items in "
+        thread = getattr(n, "thread", None)
+        if fe is not None and fe.parallel > 1 and thread:
+            yield Diagnostic("E003", f"node '{nid}' continues thread '{thread}' and cannot run its items in "
                              "parallel: a thread's calls follow one another", g.span("nodes", nid, "foreach", "parallel"),
                              "remove parallel (or use a fresh prompt: instead of thread:)")
 

@@ -40,6 +40,7 @@ from ...runtime.services import endpoints_for_plan
 from ...spec.model import POLICY
 from ...tools.registry import ToolBox
 from . import fill
+from ._tokenizer import load_tokenizer
 from .config import SlimeConfig, SlimeConfigError, from_args
 from .rewards import post_process
 
@@ -86,9 +87,7 @@ class SlimeTarget:
         cfg = from_args(args, plan)
         if self._wired is not None and self._wired.cfg == cfg:
             return self._wired
-        load = self._tokenizer_loader
-        if load is None:
-            from ._tokenizer import load_tokenizer as load
+        load = self._tokenizer_loader or load_tokenizer
         renderer = ChatRenderer(load(cfg.hf_checkpoint))
         renderers = {name: ChatRenderer(load(tok)) for name, tok in cfg.tokenizers.items()}
         engines = {name: self._engine_factory(name, url, cfg) for name, url in cfg.urls.items()}

@@ -212,7 +212,7 @@ ray start --head --node-ip-address 127.0.0.1 --num-gpus "$RAY_GPUS" --disable-us
 trap 'ray job stop --address={JOB_ADDRESS} "$JOB_ID" || true; ray stop || true' EXIT
 ray job submit --address={JOB_ADDRESS} --submission-id "$JOB_ID" \\
   --runtime-env-json="{env}" \\
-  -- {head[0]} {head[1].shell()} \\
+  -- {head[0]} {head[1].shell() if isinstance(head[1], Var) else shlex.quote(head[1])} \\
   {body} \\
   "$@"
 """

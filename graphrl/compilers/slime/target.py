@@ -22,9 +22,9 @@ from .settings import SlimeSettings
 
 
 class SlimeCompileTarget:
-    name = "slime"
-    settings = SlimeSettings
-    runtime_adapter = "graphrl.compilers.slime.adapter:SlimeTarget"
+    name: str = "slime"
+    settings: type[BaseModel] = SlimeSettings
+    runtime_adapter: str = "graphrl.compilers.slime.adapter:SlimeTarget"
 
     def check(self, g: Graph, flow: Flow, settings: BaseModel) -> Iterator[Diagnostic]:
         """E403: slime settings that break a graph yielding several samples per rollout (fan-out)."""
