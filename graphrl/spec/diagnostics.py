@@ -39,6 +39,7 @@ CODES: dict[str, tuple[str, str]] = {
     "E202": ("unbound-variable", "a template or expression uses a name no input, state or upstream node binds"),
     "E203": ("expression-syntax", "a Jinja expression does not parse"),
     "E204": ("unknown-field", "a reference to a field that the node's parser never produces"),
+    "E205": ("unsafe-template", "a template reaches for Python internals (`_` attributes, format, attr)"),
     "E301": ("unknown-model", "an llm node or reward names a model that is not declared"),
     "E302": ("unknown-tool", "a tool name that is neither built in nor an importable module:function"),
     "E303": ("bad-import", "a module:function path that cannot be imported"),

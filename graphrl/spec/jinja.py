@@ -6,6 +6,9 @@ Input: template or expression source text. Output: parsed ASTs (for checks), com
 Invariants: undefined names raise (StrictUndefined) instead of rendering as empty strings; values
 passed in (model output included) are data — Jinja never evaluates text that arrives through a
 variable; a whole-string `{{ expr }}` keeps its native Python type when `native=True`.
+Graph templates run in Jinja's immutable sandbox: no attribute or item starting with `_`
+(`__globals__`, `__class__`, ...), no `str.format` escape, no mutation of the values passed in;
+a template cannot reach Python. `unsafe_refs` finds such routes statically for `graphrl check`.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from jinja2 import Environment, StrictUndefined, meta, nodes
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.exceptions import TemplateSyntaxError
 from jinja2.parser import Parser
 
@@ -22,7 +26,8 @@ _SINGLE_EXPR = re.compile(r"^\s*\{\{(?!.*\{\{)(.*)\}\}\s*$", re.S)
 
 
 def make_env() -> Environment:
-    env = Environment(undefined=StrictUndefined, keep_trailing_newline=True, autoescape=False)
+    """The environment of graph templates and expressions: sandboxed, strict about undefined names."""
+    env = ImmutableSandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=True, autoescape=False)
     env.filters["snake"] = lambda s: re.sub(r"[^0-9a-z]+", "_", str(s).lower()).strip("_")
     return env
 
@@ -62,6 +67,26 @@ def attribute_refs(ast: nodes.Node) -> list[tuple[str, str, int]]:
                 out.append((node.node.name, node.attr, node.lineno))
             elif isinstance(node.arg, nodes.Const) and isinstance(node.arg.value, str):
                 out.append((node.node.name, node.arg.value, node.lineno))
+    return out
+
+
+_UNSAFE_METHODS = frozenset({"format", "format_map", "mro"})
+
+
+def unsafe_refs(ast: nodes.Node) -> list[tuple[str, int]]:
+    """(what, lineno) for each route out of the sandbox visible in the AST: an attribute or a constant
+    item key starting with `_`, `.format` / `.format_map` / `.mro`, and the `attr` filter. The sandbox
+    refuses them at run time anyway; `graphrl check` reports them before any GPU is booked."""
+    out = []
+    for node in ast.find_all((nodes.Getattr, nodes.Getitem, nodes.Filter)):
+        if isinstance(node, nodes.Getattr):
+            if node.attr.startswith("_") or node.attr in _UNSAFE_METHODS:
+                out.append((f".{node.attr}", node.lineno))
+        elif isinstance(node, nodes.Getitem):
+            if isinstance(node.arg, nodes.Const) and isinstance(node.arg.value, str) and node.arg.value.startswith("_"):
+                out.append((f"[{node.arg.value!r}]", node.lineno))
+        elif node.name == "attr":
+            out.append(("|attr", node.lineno))
     return out
 
 

@@ -18,7 +18,7 @@ from jinja2 import nodes
 from jinja2.exceptions import TemplateSyntaxError
 
 from ...spec.diagnostics import Diagnostic, did_you_mean
-from ...spec.jinja import attribute_refs, make_env, parse_expression, parse_template
+from ...spec.jinja import attribute_refs, unsafe_refs, make_env, parse_expression, parse_template
 from ...spec.load import Graph, Site
 from ...spec.model import LLMNode, ToolNode
 from ..flow import Flow
@@ -95,6 +95,10 @@ def check_templates(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
                 hint = did_you_mean(name, bound) or "declare it under inputs: or state:"
             yield Diagnostic("E202", msg, site.source.span(_line_of(parsed.ast, name), name), hint)
         yield from _fields(g, site, parsed.ast)
+        for what, line in unsafe_refs(parsed.ast):
+            yield Diagnostic("E205", f"'{what}' reaches past the template sandbox: graph templates cannot run Python",
+                             site.source.span(line, what.strip(".|[]'\"")),
+                             "templates read values only; to run code, call a module:function tool, parser or reward")
 
 
 def _line_of(ast, name: str) -> int:
