@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import re
+import stat
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -333,21 +334,53 @@ def _is_quoted(loc: Located, path: tuple) -> bool:
 def _read_template_files(spec: GraphSpec, nodes: dict[str, Node], file: str, loc: Located,
                          diags: list[Diagnostic]) -> dict[tuple, TemplateSource]:
     base = Path(file).parent / (spec.templates or "")
+    root = base.resolve()
     out: dict[tuple, TemplateSource] = {}
     for path, msg in _messages(spec, nodes):
         content = msg.content
         if TEMPLATE_FILE.match(content):
             tfile = base / content
             try:
-                out[path] = TemplateSource(tfile.read_text(encoding="utf-8"), str(tfile), 1, 1, inline=False)
+                text = _read_template(tfile, root, outside_ok=spec.templates_outside)
+                out[path] = TemplateSource(text, str(tfile), 1, 1, inline=False)
+            except _TemplateRefused as exc:
+                diags.append(Diagnostic("E007", str(exc), loc.span(path), exc.hint))
             except (OSError, UnicodeDecodeError) as exc:
                 near = [p.name for p in tfile.parent.glob("*.j2")] if tfile.parent.is_dir() else []
                 what = (f"template file not found: {tfile}" if isinstance(exc, FileNotFoundError)
                         else f"cannot read template file {tfile}: {getattr(exc, 'strerror', None) or exc}")
-                diags.append(Diagnostic("E007", what, loc.span(path),
-                                        did_you_mean(tfile.name, near)
-                                        or f"template paths are relative to {base}"))
+                where = (f"template paths are relative to {base}" if base.is_dir()
+                         else f"template paths are relative to {base}, which does not exist (templates: {spec.templates!r})")
+                diags.append(Diagnostic("E007", what, loc.span(path), did_you_mean(tfile.name, near) or where))
     return out
+
+
+MAX_TEMPLATE_BYTES = 1 << 20  # a prompt template larger than 1 MiB is refused
+
+
+class _TemplateRefused(Exception):
+    def __init__(self, message: str, hint: str):
+        super().__init__(message)
+        self.hint = hint
+
+
+def _read_template(tfile: Path, root: Path, *, outside_ok: bool) -> str:
+    """The text of a template file: inside the templates folder (symlinks resolved) unless the graph
+    says `templates_outside: true`, a regular file, at most MAX_TEMPLATE_BYTES."""
+    real = tfile.resolve()
+    if not outside_ok and not real.is_relative_to(root):
+        raise _TemplateRefused(f"template file {tfile} is outside the templates folder {root}"
+                               + (f" (it resolves to {real})" if real != tfile.absolute() else ""),
+                               "keep prompt files under the graph's templates: folder, or set templates_outside: true")
+    st = real.stat()
+    if not stat.S_ISREG(st.st_mode):
+        raise _TemplateRefused(f"template file {tfile} is not a regular file", "point at a .j2 text file")
+    with open(real, "rb") as fh:
+        data = fh.read(MAX_TEMPLATE_BYTES + 1)
+    if len(data) > MAX_TEMPLATE_BYTES:
+        raise _TemplateRefused(f"template file {tfile} is larger than {MAX_TEMPLATE_BYTES} bytes",
+                               "a prompt template is text you wrote: split it, or pass large text in as data")
+    return data.decode("utf-8")
 
 
 # ---------------------------------------------------------------- template and expression sites

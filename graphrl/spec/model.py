@@ -159,6 +159,8 @@ class GraphSpec(_Base):
     description: str | None = None
     version: Literal[1] = 1
     templates: str | None = Field(None, description="directory of .j2 files, relative to this file")
+    templates_outside: bool = Field(False, description="allow prompt files outside the templates directory "
+                                    "(by default a path or symlink leading out of it is an error)")
     constants: dict[str, Any] = Field(default_factory=dict, description="named values: usable by name in every "
                                       "template and expression, and as `$NAME` for any value (e.g. max_visits: $max_turns)")
     models: dict[str, ModelDecl] = Field(default_factory=dict)
