@@ -13,6 +13,7 @@ import asyncio
 from pathlib import Path
 from typing import Any, Callable
 
+from ..data.jsonl import MAX_LINE_BYTES
 from ..errors import UsageProblem
 from ..plan import Plan
 from ..rewards.group_run import group_reward_hook
@@ -29,10 +30,10 @@ def run_plan(plan: Plan, data: str | Path, out_path: str | Path, *, engine: str 
              n_samples: int = 1, concurrency: int = 8, limit: int | None = None, seed: int = 0,
              temperature: float = 1.0, device: str | None = None, progress: bool = True,
              max_tokens_cap: int | None = None, metadata: dict[str, Any] | None = None,
-             warn: Callable[[str], None] | None = None) -> RunSummary:
+             warn: Callable[[str], None] | None = None, max_row_bytes: int = MAX_LINE_BYTES) -> RunSummary:
     """Run a plan over a JSONL file; returns the RunSummary. Usage problems raise `UsageProblem`."""
     try:
-        rows = read_rows(data, limit)
+        rows = read_rows(data, limit, max_row_bytes=max_row_bytes)
     except ValueError as exc:
         raise UsageProblem(str(exc)) from None
     if metadata:

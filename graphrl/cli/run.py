@@ -8,6 +8,7 @@ import click
 
 from ..app.run import run_plan
 from ..compilers.lower import plan_from_path
+from ..data.jsonl import MAX_LINE_BYTES
 from ._common import key_values, print_report
 
 
@@ -35,9 +36,11 @@ def parse_metadata(values: tuple[str, ...]) -> dict[str, object]:
               help="Clamp every llm node's max_tokens (and the judge's) to N: quick looks with slow models.")
 @click.option("--metadata", "metadata", multiple=True, metavar="KEY=VALUE",
               help="Set metadata.KEY on every row (VALUE as JSON when it parses, else a string; repeatable).")
+@click.option("--max-row-bytes", type=click.IntRange(1), default=MAX_LINE_BYTES, show_default=True,
+              help="Refuse data rows (JSONL lines) longer than this, before reading them whole.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def run_command(graph, data, out_path, engine, model, url, tokenizer, endpoints, n_samples, concurrency, limit,
-                seed, temperature, device, max_tokens_cap, metadata, quiet):
+                seed, temperature, device, max_tokens_cap, metadata, max_row_bytes, quiet):
     """Run GRAPH over a dataset and write one JSON line per training sample.
 
     The embedded default (--engine local --model smollm2) needs no server: every model of the graph
@@ -61,6 +64,6 @@ def run_command(graph, data, out_path, engine, model, url, tokenizer, endpoints,
                        endpoints=urls, n_samples=n_samples, concurrency=concurrency, limit=limit,
                        seed=seed, temperature=temperature, device=device, progress=not quiet,
                        max_tokens_cap=max_tokens_cap, metadata=parse_metadata(metadata),
-                       warn=lambda s: click.echo(s, err=True))
+                       warn=lambda s: click.echo(s, err=True), max_row_bytes=max_row_bytes)
     click.echo(f"{plan.name}: wrote {out_path}")
     click.echo(summary.table())

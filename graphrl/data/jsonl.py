@@ -1,8 +1,8 @@
 """JSONL files -> (line number, value) pairs, or one located error.
 
 Input: a path. Output: an iterator of `(lineno, value)` for every non-blank line.
-Invariant: any bad line -- not UTF-8, not JSON, nested past Python's recursion limit, a number
-Python will not convert -- raises `JsonlError` (a ValueError) located at it as file:line:col;
+Invariant: any bad line -- longer than the row bound, not UTF-8, not JSON, nested past Python's
+recursion limit, a number Python will not convert -- raises `JsonlError` (a ValueError) located at it as file:line:col;
 nothing else is raised for the file's content. Lines end with \\n (\\r\\n works too).
 """
 
@@ -17,9 +17,34 @@ class JsonlError(ValueError):
     pass
 
 
-def iter_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
+MAX_LINE_BYTES = 32 << 20  # one row / document: larger lines are refused before they are decoded
+
+
+def _lines(f: Any, max_bytes: int) -> Iterator[bytes]:
+    """The file's lines, each read with a bound: an over-long line raises after max_bytes + 1 bytes."""
+    while True:
+        raw = f.readline(max_bytes + 1)
+        if not raw:
+            return
+        if len(raw) > max_bytes and not raw.endswith(b"\n"):
+            raise OverflowError
+        yield raw
+
+
+def iter_jsonl(path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[int, Any]]:
+    """`max_line_bytes`: a longer line is a located JsonlError, read no further than the bound."""
     with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, 1):
+        lines = _lines(f, max_line_bytes)
+        lineno = 0
+        while True:
+            lineno += 1
+            try:
+                raw = next(lines)
+            except StopIteration:
+                return
+            except OverflowError:
+                raise JsonlError(f"{path}:{lineno}:1: the line is longer than {max_line_bytes} bytes (the row size "
+                                 "bound; graphrl run --max-row-bytes raises it)") from None
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from ..data.jsonl import iter_jsonl
+from ..data.jsonl import MAX_LINE_BYTES, iter_jsonl
 from .executor import Executor, RolloutInput, RolloutResult
 from .ledger import TrainingSample, assign_credit
 
@@ -87,12 +87,13 @@ class RunSummary:
         return "\n".join(lines)
 
 
-def read_rows(path: str | Path, limit: int | None = None) -> list[dict[str, Any]]:
+def read_rows(path: str | Path, limit: int | None = None, *, max_row_bytes: int = MAX_LINE_BYTES
+              ) -> list[dict[str, Any]]:
     """JSONL rows (lines end with \\n; \\r\\n works too). Any bad line -- not UTF-8, not JSON, nested
     past Python's recursion limit, a number Python will not convert, not an object -- is a ValueError
     located at it (file:line:col); nothing else is raised for the file's content."""
     rows = []
-    for lineno, row in iter_jsonl(path):
+    for lineno, row in iter_jsonl(path, max_line_bytes=max_row_bytes):
         if not isinstance(row, dict):
             raise ValueError(f"{path}:{lineno}:1: a data row must be a JSON object with prompt/label/metadata")
         rows.append(row)

@@ -152,6 +152,8 @@ class Limits(_Base):
     max_steps: int | None = Field(None, ge=1, description="node visits per rollout; reaching it ends the rollout truncated")
     timeout_s: float | None = Field(None, gt=0, description="wall-clock limit per rollout")
     max_tokens: int | None = Field(None, ge=1, description="default max new tokens per llm call")
+    max_prompt_tokens: int = Field(262_144, ge=1, description="a longer prompt fails its rollout before any engine "
+                                   "call (text over 16 characters per token is refused before it is tokenised)")
 
 
 class GraphSpec(_Base):

@@ -54,15 +54,67 @@ MAX_VALUES = 100_000  # a graph has hundreds; bounds alias expansion ("billion l
 _COLLECTION_TAGS = ("tag:yaml.org,2002:map", "tag:yaml.org,2002:seq")
 
 
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+MAX_DEPTH = 200
+
+
+def _merged_pairs(node: yaml.MappingNode, memo: dict[int, int]) -> int:
+    """How many key/value pairs `node` has once its merge keys are expanded (without expanding them)."""
+    hit = memo.get(id(node))
+    if hit is not None:
+        return hit
+    memo[id(node)] = MAX_VALUES + 1  # a recursive merge counts as too big
+    total = 0
+    for key_node, value_node in node.value:
+        if key_node.tag == _MERGE_TAG:
+            subs = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+            total += sum(_merged_pairs(s, memo) for s in subs if isinstance(s, yaml.MappingNode))
+        else:
+            total += 1
+        if total > MAX_VALUES:
+            break
+    memo[id(node)] = total
+    return total
+
+
+def _nesting_depth(text: str) -> int:
+    """The deepest flow-bracket nesting or block indentation level of the text, cheaply (no parse)."""
+    depth = deepest = 0
+    for ch in text:
+        if ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth = max(0, depth - 1)
+    indents = sorted({len(line) - len(line.lstrip(" -")) for line in text.splitlines() if line.strip()})
+    return max(deepest, len(indents))
+
+
 class _Walker:
     def __init__(self, file: str, loc: Located):
         self.file = file
         self.loc = loc
         self.constructor = yaml.SafeLoader("")  # only its constructor methods are used
         self.count = 0
+        self.pair_counts: dict[int, int] = {}  # merge sizes by node
+        self.merged: dict[int, dict[Any, Any]] = {}  # a merged mapping's value, built once per node
+
+    def _merged(self, node: yaml.MappingNode, path: Path_, depth: int) -> dict[Any, Any]:
+        """The value of a mapping a merge key names, walked once however often it is merged (its
+        size still counts toward MAX_VALUES at every use, through `_merged_pairs`)."""
+        hit = self.merged.get(id(node))
+        if hit is None:
+            hit = self.merged[id(node)] = self.walk(node, path + ("<<",), depth + 1)
+        else:
+            self.count += len(hit)
+            if self.count > MAX_VALUES:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"document has more than {MAX_VALUES} values once merge keys (<<) are expanded",
+                    node.start_mark)
+        return hit
 
     def walk(self, node: yaml.Node, path: Path_, depth: int = 0) -> Any:
-        if depth > 200:
+        if depth > MAX_DEPTH:
             raise yaml.YAMLError("document nested too deeply (or a recursive alias)")
         self.count += 1
         if self.count > MAX_VALUES:  # aliases are expanded per use: `a1: [*a0, *a0, ...]` grows exponentially
@@ -73,9 +125,22 @@ class _Walker:
             # scalars with unknown tags fail in construct_object; collections must not pass silently
             raise yaml.constructor.ConstructorError(None, None, f"unsupported tag '{node.tag}'", node.start_mark)
         if isinstance(node, yaml.MappingNode):
-            self.constructor.flatten_mapping(node)  # YAML merge keys (<<)
+            merged = _merged_pairs(node, self.pair_counts)
+            if self.count + merged > MAX_VALUES:  # `<<: [*a, *a]` doubles per level: count before expanding
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"document has more than {MAX_VALUES} values once merge keys (<<) are expanded",
+                    node.start_mark)
             out: dict[Any, Any] = {}
+            merges: list[yaml.Node] = []
             for key_node, value_node in node.value:
+                if key_node.tag == _MERGE_TAG:  # YAML merge keys (<<): a mapping or a list of mappings
+                    subs = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+                    for sub in subs:
+                        if not isinstance(sub, yaml.MappingNode):
+                            raise yaml.constructor.ConstructorError(
+                                None, None, "a merge key (<<) takes a mapping or a list of mappings", sub.start_mark)
+                    merges.extend(subs)
+                    continue
                 key = self.constructor.construct_object(key_node, deep=True)
                 if isinstance(key, (list, dict)):
                     key = str(key)
@@ -99,7 +164,14 @@ class _Walker:
                     continue
                 self.loc.key_spans[kpath] = _span(self.file, key_node)
                 out[key] = self.walk(value_node, kpath, depth + 1)
-            return out
+            if not merges:
+                return out
+            # merged keys come first; an explicit key overrides them, an earlier merge a later one
+            base: dict[Any, Any] = {}
+            for sub in merges:
+                for k, v in self._merged(sub, path, depth).items():
+                    base.setdefault(k, v)
+            return {**base, **out}
         if isinstance(node, yaml.SequenceNode):
             return [self.walk(item, path + (i,), depth + 1) for i, item in enumerate(node.value)]
         if isinstance(node, yaml.ScalarNode) and node.style in ("|", ">"):
@@ -110,6 +182,10 @@ class _Walker:
 def load_yaml(text: str, file: str) -> Located:
     """Parse one YAML document with spans. Syntax errors are returned as diagnostics, not raised."""
     loc = Located(value=None, file=file)
+    if _nesting_depth(text) > MAX_DEPTH:  # PyYAML composes recursively: refuse before it overflows the stack
+        loc.diagnostics.append(Diagnostic("E001", f"YAML nested more than {MAX_DEPTH} levels deep", Span(file, 1, 1),
+                                          "a graph is a few levels deep: check for runaway brackets or indentation"))
+        return loc
     try:
         docs = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
     except yaml.MarkedYAMLError as exc:
@@ -121,6 +197,9 @@ def load_yaml(text: str, file: str) -> Located:
         return loc
     except yaml.YAMLError as exc:
         loc.diagnostics.append(Diagnostic("E001", f"YAML error: {exc}", Span(file, 1, 1)))
+        return loc
+    except RecursionError:  # a nesting the cheap scan above did not see
+        loc.diagnostics.append(Diagnostic("E001", "YAML nested too deeply to parse", Span(file, 1, 1)))
         return loc
     docs = [d for d in docs if d is not None]
     if len(docs) > 1:
@@ -138,4 +217,6 @@ def load_yaml(text: str, file: str) -> Located:
         loc.diagnostics.append(Diagnostic("E001", f"YAML error: {msg}", span))
     except yaml.YAMLError as exc:
         loc.diagnostics.append(Diagnostic("E001", f"YAML error: {exc}", Span(file, 1, 1)))
+    except RecursionError:
+        loc.diagnostics.append(Diagnostic("E001", "YAML nested too deeply to parse", Span(file, 1, 1)))
     return loc

@@ -170,4 +170,4 @@ def test_unreadable_template_file_is_e007_with_the_reason(tmp_path):
     assert g is None
     assert [d.code for d in diags] == ["E007", "E007"]
     assert "cannot read template file" in diags[0].message and "utf-8" in diags[0].message
-    assert "cannot read template file" in diags[1].message
+    assert "is not a regular file" in diags[1].message  # a directory named like a template

@@ -14,7 +14,7 @@ from ...spec.common import POLICY
 from ..ledger import SampleBuilder
 from ..parsers import parse_output
 from ..rollout import RolloutState, StepServices
-from ..scope import NodeResult
+from ..scope import NodeResult, RenderError
 from ..services import UnknownModel
 from .base import Handler
 
@@ -40,6 +40,16 @@ def sampling_params(ex: StepServices, node: Any, model: str, stop_token_ids: fro
     return p
 
 
+def _bounded(ex: StepServices, nid: str, messages: list[dict[str, Any]], bound: int) -> list[dict[str, Any]]:
+    """The messages, unless their text is so long that no tokenisation fits the prompt bound: refused
+    before the tokenizer sees it (tokenising tens of MB takes gigabytes)."""
+    chars = sum(len(m["content"]) for m in messages if isinstance(m.get("content"), str))
+    if chars > 16 * bound:
+        raise RenderError(ex.plan.span("nodes", nid, "prompt"), f"the prompt of '{nid}' has {chars} characters, far "
+                          f"over limits.max_prompt_tokens ({bound}): refused before tokenising")
+    return messages
+
+
 def strip_stop(renderer: Any, ids: tuple[int, ...]) -> str:
     if ids and ids[-1] in renderer.stop_token_ids:
         ids = ids[:-1]
@@ -53,14 +63,18 @@ async def run_llm(ex: StepServices, r: RolloutState, nid: str, node: Any, visit:
     if model not in ex.plan.models:
         raise UnknownModel(f"{ex.plan.span('nodes', nid, 'llm')}: model '{model}' is not declared in the graph")
     renderer = ex.endpoints.renderer(model)
+    bound = ex.plan.limits.max_prompt_tokens
     thread = None
     if node.thread:
         thread = ex.thread(r, node.thread)
         if node.prompt:
-            thread.add_messages(ex.messages(("nodes", nid, "prompt"), node.prompt, ctx))
+            thread.add_messages(_bounded(ex, nid, ex.messages(("nodes", nid, "prompt"), node.prompt, ctx), bound))
         ids = thread.prepare(ex.plan.threads[node.thread].on_drift, node=nid, visit=visit)
     else:
-        ids = renderer.start(ex.messages(("nodes", nid, "prompt"), node.prompt, ctx))
+        ids = renderer.start(_bounded(ex, nid, ex.messages(("nodes", nid, "prompt"), node.prompt, ctx), bound))
+    if len(ids) > bound:
+        raise RenderError(ex.plan.span("nodes", nid, "prompt"), f"the prompt of '{nid}' has {len(ids)} tokens, over "
+                          f"limits.max_prompt_tokens ({bound})")
     # generate
     gen, call = await ex.generate(r, model, ids, sampling_params(ex, node, model, renderer.stop_token_ids), nid, visit)
     if model == POLICY or node.sample_mode != "none":
