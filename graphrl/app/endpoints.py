@@ -48,8 +48,9 @@ def build_endpoints(plan: Plan, *, engine: str, model: str | None = None, url: s
     engines: dict[str, Any] = {}
     if engine == "local":
         local, hf_tok = load_local_engine(model or "smollm2", device=device)
-        for name in plan.models:
-            engines[name] = SGLangEngine(overrides[name], timeout_s=timeout_s) if name in overrides else local
+        for name, decl in plan.models.items():
+            engines[name] = (SGLangEngine(overrides[name], timeout_s=decl.timeout_s or timeout_s) if name in overrides
+                             else local)
         return endpoints_for_plan(plan, engines, ChatRenderer(hf_tok))
     if engine != "sglang":
         raise WiringError(f"unknown engine {engine!r}: use local or sglang")
@@ -60,5 +61,5 @@ def build_endpoints(plan: Plan, *, engine: str, model: str | None = None, url: s
         if target is None:
             raise WiringError(f"model '{name}' has no URL: give --endpoint {name}=http://HOST:PORT"
                               + (" (or --url for the policy)" if name == POLICY else ""))
-        engines[name] = SGLangEngine(target, timeout_s=timeout_s)
+        engines[name] = SGLangEngine(target, timeout_s=decl.timeout_s or timeout_s)
     return endpoints_for_plan(plan, engines, renderer)

@@ -22,7 +22,7 @@ from ..runtime.executor import Executor
 from ..runtime.runner import RunSummary, read_rows, run_dataset
 from ..spec.model import LLMNode
 from ..tools.registry import ToolBox
-from .endpoints import build_endpoints
+from .endpoints import DEFAULT_TIMEOUT_S, build_endpoints
 
 
 def run_plan(plan: Plan, data: str | Path, out_path: str | Path, *, engine: str = "local", model: str = "smollm2",
@@ -30,7 +30,8 @@ def run_plan(plan: Plan, data: str | Path, out_path: str | Path, *, engine: str 
              n_samples: int = 1, concurrency: int = 8, limit: int | None = None, seed: int = 0,
              temperature: float = 1.0, device: str | None = None, progress: bool = True,
              max_tokens_cap: int | None = None, metadata: dict[str, Any] | None = None,
-             warn: Callable[[str], None] | None = None, max_row_bytes: int = MAX_LINE_BYTES) -> RunSummary:
+             warn: Callable[[str], None] | None = None, max_row_bytes: int = MAX_LINE_BYTES,
+             engine_timeout_s: float = DEFAULT_TIMEOUT_S) -> RunSummary:
     """Run a plan over a JSONL file; returns the RunSummary. Usage problems raise `UsageProblem`."""
     try:
         rows = read_rows(data, limit, max_row_bytes=max_row_bytes)
@@ -45,7 +46,7 @@ def run_plan(plan: Plan, data: str | Path, out_path: str | Path, *, engine: str 
     if max_tokens_cap:
         plan = cap_max_tokens(plan, max_tokens_cap)
     eps = build_endpoints(plan, engine=engine, model=model, url=url, tokenizer=tokenizer,
-                          endpoints=endpoints or {}, device=device)
+                          endpoints=endpoints or {}, device=device, timeout_s=engine_timeout_s)
     search = [Path(plan.source.get("file", ".")).parent, Path(".")]
     judge_tokens = min(JUDGE_MAX_TOKENS, max_tokens_cap) if max_tokens_cap else JUDGE_MAX_TOKENS
     executor = Executor(plan, eps, tools=ToolBox(search), rewards=RewardBox(search, judge_max_tokens=judge_tokens),

@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from ..app.endpoints import DEFAULT_TIMEOUT_S
 from ..app.run import run_plan
 from ..compilers.lower import plan_from_path
 from ..data.jsonl import MAX_LINE_BYTES
@@ -38,9 +39,11 @@ def parse_metadata(values: tuple[str, ...]) -> dict[str, object]:
               help="Set metadata.KEY on every row (VALUE as JSON when it parses, else a string; repeatable).")
 @click.option("--max-row-bytes", type=click.IntRange(1), default=MAX_LINE_BYTES, show_default=True,
               help="Refuse data rows (JSONL lines) longer than this, before reading them whole.")
+@click.option("--engine-timeout", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_TIMEOUT_S,
+              show_default=True, help="Seconds one HTTP engine request may take (a model's timeout_s wins).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def run_command(graph, data, out_path, engine, model, url, tokenizer, endpoints, n_samples, concurrency, limit,
-                seed, temperature, device, max_tokens_cap, metadata, max_row_bytes, quiet):
+                seed, temperature, device, max_tokens_cap, metadata, max_row_bytes, engine_timeout, quiet):
     """Run GRAPH over a dataset and write one JSON line per training sample.
 
     The embedded default (--engine local --model smollm2) needs no server: every model of the graph
@@ -64,6 +67,7 @@ def run_command(graph, data, out_path, engine, model, url, tokenizer, endpoints,
                        endpoints=urls, n_samples=n_samples, concurrency=concurrency, limit=limit,
                        seed=seed, temperature=temperature, device=device, progress=not quiet,
                        max_tokens_cap=max_tokens_cap, metadata=parse_metadata(metadata),
-                       warn=lambda s: click.echo(s, err=True), max_row_bytes=max_row_bytes)
+                       warn=lambda s: click.echo(s, err=True), max_row_bytes=max_row_bytes,
+                       engine_timeout_s=engine_timeout)
     click.echo(f"{plan.name}: wrote {out_path}")
     click.echo(summary.table())

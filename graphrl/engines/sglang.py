@@ -108,6 +108,11 @@ def parse_generate_response(body: Any, *, rid: str | None = None) -> Generation:
             f"output_ids ({len(output_ids) if isinstance(output_ids, list) else output_ids!r}) "
             f"disagree with output_token_logprobs ({len(ids)} tokens); refusing to guess"
         )
+    completion = meta.get("completion_tokens")
+    if completion is not None and completion != len(ids) and not (
+            finish.type == "abort" and not ids):  # a request aborted in the queue may report none
+        raise EngineError(f"completion_tokens ({completion!r}) disagrees with output_token_logprobs "
+                          f"({len(ids)} tokens); refusing to guess")
     text = body.get("text")
     return Generation(
         output_ids=ids,

@@ -119,6 +119,10 @@ class ChatRenderer:
             stop_token_ids = _default_stop_ids(tokenizer)
         self.stop_token_ids = frozenset(int(i) for i in stop_token_ids)
         self._one: dict[int, str] = {}  # single-token decodings (a turn's stop token, every turn)
+        try:
+            self.vocab_size: int | None = len(tokenizer)  # base vocabulary + added (special) tokens
+        except TypeError:
+            self.vocab_size = None
 
     # -- text <-> ids -----------------------------------------------------------------------------
     def encode(self, text: str) -> tuple[int, ...]:

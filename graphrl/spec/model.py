@@ -70,6 +70,8 @@ class ModelDecl(_Base):
     top_p: float | None = Field(None, gt=0, le=1)
     top_k: int | None = None
     max_concurrency: int | None = Field(None, ge=1, description="in-flight requests to this endpoint")
+    timeout_s: float | None = Field(None, gt=0, description="seconds one request to this endpoint may take "
+                                    "(default: graphrl run --engine-timeout, 900)")
 
 
 class InputDecl(_Base):

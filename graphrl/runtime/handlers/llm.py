@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...spec.common import POLICY
+from ...engines.base import EngineError
 from ..ledger import SampleBuilder
 from ..parsers import parse_output
 from ..rollout import RolloutState, StepServices
@@ -77,6 +78,15 @@ async def run_llm(ex: StepServices, r: RolloutState, nid: str, node: Any, visit:
                           f"limits.max_prompt_tokens ({bound})")
     # generate
     gen, call = await ex.generate(r, model, ids, sampling_params(ex, node, model, renderer.stop_token_ids), nid, visit)
+    vocab = renderer.vocab_size
+    if vocab is not None and gen.output_ids and (max(gen.output_ids) >= vocab or min(gen.output_ids) < 0):
+        bad = next(i for i in gen.output_ids if i >= vocab or i < 0)
+        raise EngineError(f"'{nid}': the engine returned token id {bad}, outside the tokenizer's vocabulary "
+                          f"of {vocab}: nothing of this call is trained")
+    if gen.finish_reason.type == "abort" and not gen.output_ids:  # aborted before its first token
+        r.status, r.error = "aborted", f"engine aborted the call of '{nid}' before it generated a token"
+        r.last_finish = "abort"
+        return NodeResult(text="", ok=False, model=model, finish_reason="abort")
     if model == POLICY or node.sample_mode != "none":
         r.last_finish = gen.finish_reason.type
     # record
