@@ -17,6 +17,7 @@ transformers are imported lazily and a missing one raises `MissingDependency`.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -71,10 +72,26 @@ def _load_dir(path: Path, tokenizer: Any = None) -> tuple[Any, Any]:
     torch, transformers = _torch_transformers("loading a model")
     major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
     dtype_kw = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
-    model = transformers.AutoModelForCausalLM.from_pretrained(str(path), **{dtype_kw: torch.float32})
+    with _quiet_loading(transformers):
+        model = transformers.AutoModelForCausalLM.from_pretrained(str(path), **{dtype_kw: torch.float32})
     if tokenizer is None:
         tokenizer = transformers.AutoTokenizer.from_pretrained(str(path))
     return model.eval(), tokenizer
+
+
+@contextlib.contextmanager
+def _quiet_loading(transformers: Any):
+    """No "Loading weights" progress bar while one of our (small, local) checkpoints loads: the
+    bar is switched off for the load and restored after, so no caller's setting is changed."""
+    hf_logging = getattr(getattr(transformers, "utils", None), "logging", None)
+    enabled = getattr(hf_logging, "is_progress_bar_enabled", lambda: False)()
+    if enabled:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            hf_logging.enable_progress_bar()
 
 
 # ------------------------------------------------------------------------------------------ tiny

@@ -336,6 +336,8 @@ class Executor:
         p["max_new_tokens"] = node.max_tokens
         if node.stop:
             p["stop"] = list(node.stop)
+        if node.constrain is not None:
+            p.update(node.constrain.sampling_params())
         p["stop_token_ids"] = sorted(set(p.get("stop_token_ids") or ()) | set(renderer.stop_token_ids))
         p.setdefault("skip_special_tokens", False)
         p.setdefault("no_stop_trim", True)

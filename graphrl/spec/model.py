@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .constrain import Constrain
+
 POLICY = "policy"  # the trained model, reached through slime's router
 END = "end"  # terminal target: the rollout finishes normally
 ABORT = "abort"  # terminal target: the rollout ends with status ABORTED
@@ -215,6 +217,8 @@ class LLMNode(_Flow):
     top_p: float | None = Field(None, gt=0, le=1)
     top_k: int | None = None
     stop: list[str] | None = None
+    constrain: Constrain | None = Field(None, description="structured output: regex, json_schema or ebnf "
+                                        "(SGLang sampling params; see docs/graph-language.md)")
     parse: Parse | None = None
 
     @property

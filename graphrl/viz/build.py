@@ -181,9 +181,9 @@ def load_selected(path: Path, group: int | None, sample: int | None):
 
 
 def trajectory_output(path: Path, fmt: str, *, graph: str | None = None, group: int | None = None,
-                      sample: int | None = None, tokenizer: str = "qwen", max_tokens: int | None = None,
+                      sample: int | None = None, tokenizer: str | None = None, max_tokens: int | None = None,
                       color: bool = True, show_prompt: bool = False) -> str:
-    from .tokens import load_vocab
+    from .tokens import TokenizerUnavailable, load_vocab
 
     full, traj = load_selected(path, group, sample)
     if fmt == "chrome-trace":
@@ -191,7 +191,10 @@ def trajectory_output(path: Path, fmt: str, *, graph: str | None = None, group: 
         from .trace import chrome_trace
 
         return json.dumps(finite(chrome_trace(traj)), indent=1, allow_nan=False) + "\n"
-    vocab, note = load_vocab(tokenizer)
+    try:
+        vocab, note = load_vocab(tokenizer, full.tokenizer)
+    except TokenizerUnavailable as exc:
+        raise VizError(str(exc)) from None
     notices = list(full.notes) + ([note] if note else [])
     if fmt == "text":
         from .textview import text_view
