@@ -328,7 +328,9 @@ def _read_template_files(spec: GraphSpec, nodes: dict[str, Node], file: str, loc
                         else f"cannot read template file {tfile}: {getattr(exc, 'strerror', None) or exc}")
                 diags.append(Diagnostic("E007", what, loc.span(path),
                                         did_you_mean(tfile.name, near)
-                                        or f"template paths are relative to {base}"))
+                                        or (f"template paths are relative to {base}" if base.is_dir() else
+                                            f"the templates folder {base} does not exist (templates: is "
+                                            "relative to the graph file)")))
     return out
 
 
