@@ -155,7 +155,7 @@ def _run_one(r: DemoRun, plan: Any, data: Path, out: Path, model: str, max_token
                   f"engine local, model {model}, max new tokens {max_tokens_cap}{where} ==")
         summary = run_plan(plan, path, traj, model=model, n_samples=r.n_samples, limit=r.limit, concurrency=4,
                            seed=0, max_tokens_cap=max_tokens_cap, metadata=metadata, progress=False)
-    branches = branch_report(plan, summary.transitions, summary.visits)
+    branches = branch_report(plan, getattr(summary, "transitions", {}), getattr(summary, "visits", {}))
     return f"{header}\n{summary.table()}\n{branches}\ntrajectories: {traj}", summary
 
 
