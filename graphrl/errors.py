@@ -15,6 +15,7 @@ EXIT_BUG = 1  # unexpected failure: a bug in graphrl
 EXIT_USAGE = 2  # bad flags, arguments or input files
 EXIT_INVALID = 3  # the graph has errors
 EXIT_MISSING_DEP = 4  # an optional dependency is missing
+EXIT_ROLLOUTS_FAILED = 5  # `graphrl run` finished, but too many rollouts failed (default: all of them)
 
 # module -> pip command. torch is installed on its own first so pip never swaps in a CUDA build.
 _INSTALL: dict[str, str] = {
@@ -41,6 +42,12 @@ class UsageProblem(GraphrlError, ValueError):
     """Bad user input found by library code (a flag, a file, a name): exit 2 with the message."""
 
     exit_code = EXIT_USAGE
+
+
+class RolloutsFailed(GraphrlError):
+    """A run whose rollouts failed beyond the allowed fraction (its summary was printed): exit 5."""
+
+    exit_code = EXIT_ROLLOUTS_FAILED
 
 
 class MissingDependency(GraphrlError, ImportError):

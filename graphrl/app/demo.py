@@ -3,7 +3,9 @@
 Input: the bundled graphs (graphs/*.yaml), the demo data (data/), the embedded model name, a cap on
 every llm call's new tokens. Output, under OUT/<graph>/: the compiled slime target (plan.json, the
 generate/reward module, args, launch.sh) and, for each run, trajectories.jsonl; on stdout each
-graph's check/compile line and each run's summary table, then the time of every run.
+graph's check line then its compile line, each run's summary table and the branches it took
+(graphrl.app.branches: each branching node's targets with counts, the node kinds that ran), then
+the time of every run.
 
 The runs (`DEMO_RUNS`), all on the local engine (the one embedded model is the policy and every
 frozen model of the graph), two at a time by default:
@@ -34,9 +36,10 @@ from ..compilers.checks import check_file
 from ..compilers.lower import lower
 from ..compilers.targets import find_target
 from ..data.synth import memagent_rows, write_jsonl
-from ..errors import EXIT_OK, MissingDependency, UsageProblem
+from ..errors import EXIT_INVALID, EXIT_OK, MissingDependency, UsageProblem
 from ..spec.diagnostics import has_errors
 from ..tools.retrieval_server import retrieval_service
+from .branches import branch_report
 from .report import report
 from .run import run_plan
 
@@ -59,8 +62,12 @@ DEMO_RUNS = (  # the longest first, so that two at a time finish together
 )
 
 
-def compile_all(graphs_dir: Path, out_dir: Path, echo: Callable[[str], None]) -> tuple[dict[str, Any], list]:
-    """Check every graph; compile the valid ones to OUT/<name>/. Returns (plans by name, diagnostics)."""
+def compile_all(graphs_dir: Path, out_dir: Path, echo: Callable[[str], None],
+                echo_err: Callable[[str], None] | None = None) -> tuple[dict[str, Any], list]:
+    """Check every graph; compile the valid ones to OUT/<name>/. Returns (plans by name, diagnostics).
+
+    Each file's check report (diagnostics, then its status line) is printed before its compile line,
+    through the same `echo` unless `echo_err` is given, so the lines keep their order in a log."""
     files = sorted(graphs_dir.glob("*.yaml"))
     if not files:
         raise UsageProblem(f"no graphs found in {graphs_dir}")
@@ -68,6 +75,7 @@ def compile_all(graphs_dir: Path, out_dir: Path, echo: Callable[[str], None]) ->
     for f in files:
         g, diags = check_file(f)
         results.append((str(f), diags))
+        report([(str(f), diags)], False, out=echo, err=echo_err or echo)
         if g is None or has_errors(diags):
             continue
         plan = plans[f.stem] = lower(g)
@@ -110,8 +118,8 @@ def run_demo(*, graphs_dir: str, data_dir: str, out_dir: str, model: str, max_to
     (the local engine computes on one CPU thread, so two runs use two cores); each run's report is
     printed whole when it finishes."""
     out, data = Path(out_dir), Path(data_dir)
-    plans, results = compile_all(Path(graphs_dir), out, echo)
-    code = report(results, False, out=echo, err=echo_err or echo)
+    plans, results = compile_all(Path(graphs_dir), out, echo, echo_err)
+    code = EXIT_INVALID if any(has_errors(d) for _, d in results) else EXIT_OK
     if code != EXIT_OK or not run:
         return code
     runs = [r for r in DEMO_RUNS if (not only or r.graph in only) and r.graph in plans]
@@ -149,7 +157,8 @@ def _run_one(r: DemoRun, plan: Any, data: Path, out: Path, model: str, max_token
                   f"engine local, model {model}, max new tokens {max_tokens_cap}{where} ==")
         summary = run_plan(plan, path, traj, model=model, n_samples=r.n_samples, limit=r.limit, concurrency=4,
                            seed=0, max_tokens_cap=max_tokens_cap, metadata=metadata, progress=False)
-    return f"{header}\n{summary.table()}\ntrajectories: {traj}", summary
+    branches = branch_report(plan, getattr(summary, "transitions", {}), getattr(summary, "visits", {}))
+    return f"{header}\n{summary.table()}\n{branches}\ntrajectories: {traj}", summary
 
 
 def _require_bm25() -> None:

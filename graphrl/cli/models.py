@@ -6,7 +6,8 @@ stdout saying where it went.
 
 Invariants: `MissingDependency` (torch/transformers/... not installed) propagates to graphrl's CLI,
 which maps it to exit status 4; an unknown model name is a usage error (exit 2); an existing
-non-empty target directory is refused (exit 1) unless --force.
+non-empty target directory is a usage error too (exit 2) unless --force; exported files are
+readable as the umask allows (not 0600).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 import click
 
 from ..models.errors import UnknownModel
-from ..models.registry import MODEL_NAMES, export
+from ..models.registry import MODEL_NAMES, TargetNotEmpty, export
 
 
 @click.group("models")
@@ -65,6 +66,6 @@ def export_command(name: str, directory: Path, force: bool) -> None:
         path = export(name, directory, overwrite=force)
     except UnknownModel as exc:
         raise click.BadParameter(str(exc), param_hint="NAME") from exc
-    except FileExistsError as exc:
-        raise click.ClickException(str(exc)) from exc
+    except TargetNotEmpty as exc:
+        raise click.BadParameter(str(exc), param_hint="DIRECTORY") from exc
     click.echo(f"exported {name} to {path}")

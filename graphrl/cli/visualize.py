@@ -44,8 +44,9 @@ def _write(out: str, text: str) -> None:
               help="Trajectories: the graph (YAML or plan.json) to draw; default: graphs/<name>.yaml.")
 @click.option("--group", type=click.IntRange(0), help="Trajectories: only this prompt group (row).")
 @click.option("--sample", type=click.IntRange(0), help="Trajectories: only this sample n of the group(s).")
-@click.option("--tokenizer", default="qwen", show_default=True,
-              help="Token texts: qwen (offline Qwen tokenizer), none (ids), or a local tokenizer directory.")
+@click.option("--tokenizer", default=None,
+              help="Token texts: qwen, tiny, smollm2, none (ids), or a local tokenizer directory "
+                   "(default: the tokenizer the run recorded).")
 @click.option("--max-tokens", type=click.IntRange(1),
               help="HTML: most token ids kept in the file (default 1,000,000; samples past it list their "
                    "spans only). Text: response tokens printed per sample (default 2000).")

@@ -18,6 +18,9 @@ Invariants:
     engine's own RNG), so a seeded request gives the same tokens whatever ran before it.
   * cancellation: `abort(rid)`, or cancelling the awaiting task, sets a flag checked before each
     token; the request then finishes with type "abort" and the tokens sampled so far.
+  * structured output (`regex` / `json_schema`, engines/grammar.py): before each step the tokens
+    the pattern does not allow next are set to -inf, so log-probs are those of the masked
+    distribution (SGLang masks the logits the same way before sampling).
   * model-side outcomes are Generations; bad requests (unknown sampling params, ids out of range,
     prompt longer than the context) raise `EngineError(status=400)`.
 """
@@ -35,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from graphrl.engines.base import EngineError, FinishReason, Generation
+from graphrl.engines.grammar import Grammars
 from graphrl.engines.prefix_cache import PrefixCache
 from graphrl.engines.sampling import LOGPROB_MODES, SamplingParams, sample_next
 from graphrl.models.errors import require
@@ -93,6 +97,7 @@ class LocalEngine:
         self.eos_token_ids = _eos_ids(model, tokenizer)
         self._rng = random.Random(seed)
         self._prefix = PrefixCache(prefix_cache_entries, prefix_cache_tokens)
+        self._grammars = Grammars(tokenizer)
         self._requests: dict[str, _Request] = {}
         # torch's intra-op thread count is per thread (OpenMP builds): this changes the worker only.
         init = (lambda: torch.set_num_threads(num_threads)) if num_threads else None
@@ -218,6 +223,7 @@ class LocalEngine:
         out: list[int] = []
         logprobs: list[float] = []
         finish: FinishReason | None = None
+        grammar = self._constraint(p)
         try:
             kv, cached = self._prefix.take(ids)
             with torch.inference_mode():
@@ -233,7 +239,11 @@ class LocalEngine:
                     if len(out) < p.min_new_tokens and stop_ids:
                         logits = logits.clone()
                         logits[sorted(stop_ids)] = float("-inf")
+                    if grammar is not None:
+                        logits = grammar.mask(logits)
                     token, lp = sample_next(logits, p, gen, logprob_mode=self.logprob_mode)
+                    if grammar is not None and token not in stop_ids:
+                        grammar.advance(token)
                     out.append(token)
                     logprobs.append(lp)
                     finish = self._stop_check(out, p, stop_ids, window)
@@ -248,6 +258,18 @@ class LocalEngine:
         except Exception as exc:  # a fault of the engine itself, not a model outcome
             raise EngineError(f"local engine failed: {type(exc).__name__}: {exc}") from exc
         return self._finish(req, p, out, logprobs, finish, len(ids), cached, started)
+
+    def _constraint(self, p: SamplingParams):
+        """The request's structured-output automaton (engines/grammar.py), or None; a pattern the
+        library rejects is a bad request (400)."""
+        if p.regex is None and p.json_schema is None:
+            return None
+        try:
+            return self._grammars.constraint(regex=p.regex, json_schema=p.json_schema)
+        except ValueError as exc:
+            raise EngineError(str(exc), status=400) from None
+        except ImportError as exc:  # MissingDependency: its message names the install command
+            raise EngineError(str(exc), status=400) from None
 
     def _stop_check(
         self, out: list[int], p: SamplingParams, stop_ids: set[int], window: int

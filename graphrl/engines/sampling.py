@@ -1,7 +1,8 @@
 """SGLang sampling parameters, validated, and one sampling step over a logits row.
 
 Input: an SGLang `sampling_params` mapping (max_new_tokens, temperature, top_p, top_k, min_p, stop,
-stop_token_ids, ignore_eos, min_new_tokens, skip_special_tokens, no_stop_trim, sampling_seed, ...);
+stop_token_ids, ignore_eos, min_new_tokens, skip_special_tokens, no_stop_trim, sampling_seed, regex,
+json_schema, ...);
 for `sample_next`, one row of next-token logits and a `torch.Generator`.
 Output: a frozen `SamplingParams`; `(token_id, logprob)` for one step.
 
@@ -32,8 +33,6 @@ _NEUTRAL: dict[str, Any] = {
     "presence_penalty": 0.0,
     "repetition_penalty": 1.0,
     "n": 1,
-    "regex": None,
-    "json_schema": None,
     "ebnf": None,
     "structural_tag": None,
     "logit_bias": None,
@@ -58,8 +57,12 @@ class SamplingParams:
     skip_special_tokens: bool = True
     no_stop_trim: bool = False
     sampling_seed: int | None = None
+    regex: str | None = None  # structured output (engines/grammar.py): the whole output matches
+    json_schema: str | None = None  # ... or is JSON valid under this schema (a JSON string)
 
     def __post_init__(self) -> None:
+        if self.regex is not None and self.json_schema is not None:
+            raise ValueError("give at most one of regex and json_schema")
         if self.max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be >= 0, got {self.max_new_tokens}")
         if self.temperature < 0:
@@ -112,6 +115,16 @@ def _coerce(key: str, value: Any) -> Any:
         if not all(isinstance(t, int) and not isinstance(t, bool) for t in items):
             raise ValueError("stop_token_ids must be a list of integers")
         return tuple(items)
+    if key == "regex":
+        if not isinstance(value, str) or not value:
+            raise ValueError("regex must be a non-empty string")
+        return value
+    if key == "json_schema":
+        from .grammar import schema_text
+
+        if not isinstance(value, (str, dict)):
+            raise ValueError("json_schema must be a JSON string or an object")
+        return schema_text(value)
     if key in ("ignore_eos", "skip_special_tokens", "no_stop_trim"):
         if not isinstance(value, bool):
             raise ValueError(f"{key} must be true or false")

@@ -17,15 +17,18 @@ transformers are imported lazily and a missing one raises `MissingDependency`.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
+import os
 import shutil
 import threading
 from pathlib import Path
 from typing import Any
 
 from graphrl.models.cache import cache_dir, publish_dir, staging_dir
+from graphrl.errors import UsageProblem
 from graphrl.models.errors import MissingDependency, UnknownModel, require
 
 MODEL_NAMES = ("tiny", "smollm2")
@@ -71,10 +74,26 @@ def _load_dir(path: Path, tokenizer: Any = None) -> tuple[Any, Any]:
     torch, transformers = _torch_transformers("loading a model")
     major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
     dtype_kw = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
-    model = transformers.AutoModelForCausalLM.from_pretrained(str(path), **{dtype_kw: torch.float32})
+    with _quiet_loading(transformers):
+        model = transformers.AutoModelForCausalLM.from_pretrained(str(path), **{dtype_kw: torch.float32})
     if tokenizer is None:
         tokenizer = transformers.AutoTokenizer.from_pretrained(str(path))
     return model.eval(), tokenizer
+
+
+@contextlib.contextmanager
+def _quiet_loading(transformers: Any):
+    """No "Loading weights" / "Writing model shards" progress bar for our small local checkpoints: the
+    bar is switched off for the load and restored after, so no caller's setting is changed."""
+    hf_logging = getattr(getattr(transformers, "utils", None), "logging", None)
+    enabled = getattr(hf_logging, "is_progress_bar_enabled", lambda: False)()
+    if enabled:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            hf_logging.enable_progress_bar()
 
 
 # ------------------------------------------------------------------------------------------ tiny
@@ -208,18 +227,34 @@ def resolve_tokenizer(name_or_path: str | Path) -> Any:
     return AutoTokenizer.from_pretrained(str(directory))
 
 
+class TargetNotEmpty(UsageProblem, FileExistsError):
+    """`models export` into a non-empty directory without --force (exit 2)."""
+
+
 def export(name_or_path: str | Path, directory: str | Path, *, overwrite: bool = False) -> Path:
     """Write a model as a self-contained HF checkpoint directory; returns the directory."""
     source = model_dir(name_or_path)
     target = Path(directory).expanduser()
     if target.exists() and any(target.iterdir()) and not overwrite:
-        raise FileExistsError(f"{target} exists and is not empty (pass overwrite=True / --force)")
+        raise TargetNotEmpty(f"{target} exists and is not empty: choose an empty directory, or pass --force "
+                             "to write into it")
     model, tokenizer = _load_dir(source)
     target.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(target))
+    with _quiet_loading(_torch_transformers("exporting a model")[1]):
+        model.save_pretrained(str(target))
     tokenizer.save_pretrained(str(target))
     portable_checkpoint(target, tokenizer)
+    _readable(target)
     return target
+
+
+def _readable(directory: Path) -> None:
+    """Exported files get the modes the umask gives new files (safetensors writes 0600 temp files)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for f in directory.iterdir():
+        if f.is_file():
+            f.chmod(0o666 & ~umask)
 
 
 def portable_checkpoint(directory: Path, tokenizer: Any) -> None:

@@ -5,7 +5,8 @@ a judge callback for rewards that ask a model. Output: the reward value.
 
 Judges are asked only when the rule says "wrong" and a judge model is configured (reward.judge):
 - `math_equal` returns {score, acc, pred, gt}: 1.0 when the last \\boxed{} equals the label after
-  math normalisation, else the judge's verdict (AgentFlow: a last-line `VERDICT: True/False`);
+  math normalisation (`pred` is that \\boxed{} content as written -- the whole prediction when it has
+  none -- and `gt` the label as given; only the comparison normalises), else the judge's verdict (AgentFlow: a last-line `VERDICT: True/False`);
 - `exact_match` / `sub_em` return 1.0 when the rule matches, else the judge's verdict on the
   extracted prediction (ToolOrchestra: a JSON reply `{"correct": true|false}`); no extracted
   prediction (e.g. no \\boxed{} with extract=boxed) is never sent to the judge;
@@ -102,9 +103,10 @@ class RewardBox:
     async def _math(self, args: dict[str, Any], model: str | None, judge: JudgeFn) -> dict[str, Any]:
         prediction, label = str(args["prediction"]), str(args["label"])
         boxed = last_boxed(prediction)
-        pred = normalize_math(boxed if boxed is not None else prediction)
-        acc = bool(pred) and math_equivalent(pred, label)
-        if not acc and model is not None and pred:
-            acc = await self._ask(judge, model, {**args, "prediction": boxed if boxed is not None else prediction},
-                                  VERDICT_PROMPT)
-        return {"score": float(acc), "acc": float(acc), "pred": pred, "gt": normalize_math(label)}
+        answer = boxed if boxed is not None else prediction
+        norm = normalize_math(answer)
+        acc = bool(norm) and math_equivalent(norm, label)
+        if not acc and model is not None and norm:
+            acc = await self._ask(judge, model, {**args, "prediction": answer}, VERDICT_PROMPT)
+        # pred/gt as written (what a person reads in a viewer); the comparison used the normalised forms
+        return {"score": float(acc), "acc": float(acc), "pred": answer.strip(), "gt": label.strip()}

@@ -5,8 +5,9 @@ Input: an `Executor`, rows in slime's data format ({prompt, label, metadata}), n
 Output: the JSONL file and a `RunSummary`.
 
 File contract: the lines of one prompt group are written together in one write() followed by
-flush + fsync, after the whole group finished (group rewards need all of it). A rerun with the same
-output file resumes: complete groups are kept and skipped, a torn last line (a kill mid-write) is cut
+flush + fsync, after the whole group finished (group rewards need all of it). Every line records the
+run's settings under "run" (model, tokenizer, ...: what `graphrl visualize` decodes with). A rerun
+with the same output file and the same settings resumes (other settings: `ResumeMismatch`, exit 2): complete groups are kept and skipped, a torn last line (a kill mid-write) is cut
 off, so an interrupted run never duplicates or loses a row. A rollout that produced no training
 sample still writes one line (num_samples 0) carrying its status and error.
 """
@@ -27,6 +28,7 @@ from typing import Any, Callable, Iterable
 from ..data.jsonl import MAX_LINE_BYTES, iter_jsonl
 from .executor import Executor, RolloutInput, RolloutResult
 from .ledger import TrainingSample, assign_credit
+from .resume import check_resume
 
 
 @dataclass
@@ -44,6 +46,8 @@ class RunSummary:
     rollout_s: float = 0.0
     wall_s: float = 0.0
     errors: Counter = field(default_factory=Counter)
+    visits: Counter = field(default_factory=Counter)  # node -> visits (all rollouts)
+    transitions: Counter = field(default_factory=Counter)  # (node, next node or end/abort/<status>) -> count
 
     def add(self, res: RolloutResult, reward_key: str | None) -> None:
         self.rollouts += 1
@@ -58,13 +62,17 @@ class RunSummary:
         for s in res.samples:
             for sp in s.spans:
                 (self.trained if sp.mask else self.masked)[sp.node] += sp.end - sp.start
+        nodes = [p[0] for p in res.path]
+        self.visits.update(nodes)
+        ending = {"completed": "end", "aborted": "abort"}.get(res.status, res.status)
+        self.transitions.update(zip(nodes, nodes[1:] + [ending]))
         for c in res.calls:
             self.calls[c.node] += 1
             self.generated[c.node] += c.completion_tokens
         self.engine_s += res.engine_s
         self.rollout_s += res.elapsed_s
         if res.error:
-            self.errors[res.error.split(":", 1)[0] if len(res.error) > 80 else res.error] += 1
+            self.errors[error_key(res.error)] += 1
 
     def table(self) -> str:
         mean = sum(self.rewards) / len(self.rewards) if self.rewards else float("nan")
@@ -85,6 +93,13 @@ class RunSummary:
             lines.append("")
             lines += [f"error x{n}: {e}" for e, n in self.errors.most_common(5)]
         return "\n".join(lines)
+
+
+def error_key(error: str, width: int = 200) -> str:
+    """How the summary lists an error: the whole message (its location included), on one line, cut
+    to `width` characters -- never just the part before the first colon (a path like ../g.yaml)."""
+    message = " ".join(error.split())
+    return message if len(message) <= width else message[: width - 3] + "..."
 
 
 def read_rows(path: str | Path, limit: int | None = None, *, max_row_bytes: int = MAX_LINE_BYTES
@@ -159,13 +174,18 @@ def sample_line(res: RolloutResult, s: TrainingSample | None, *, row_index: int,
 async def run_dataset(executor: Executor, rows: list[dict[str, Any]], out: str | Path, *, n_samples: int = 1,
                       concurrency: int = 8, seed: int | None = None, decode: Callable = str,
                       group_reward: Callable[[list[RolloutResult]], list[RolloutResult]] | None = None,
-                      progress: bool = True) -> RunSummary:
+                      progress: bool = True, settings: dict[str, Any] | None = None) -> RunSummary:
+    """`settings` (engine, model, tokenizer, ...) are recorded on every line under "run"; with them,
+    an existing `out` is resumed only when it was written with the same settings (runtime/resume.py)."""
     out = Path(out)
+    plan = executor.plan
+    base: dict[str, Any] = {"graph": plan.name, "plan_sha256": plan.source.get("sha256")}
+    if settings is not None:
+        base["run"] = dict(settings)
+        check_resume(out, base)
     out.parent.mkdir(parents=True, exist_ok=True)
     done = completed_groups(out)
     summary = RunSummary(skipped_groups=len(done))
-    plan = executor.plan
-    base = {"graph": plan.name, "plan_sha256": plan.source.get("sha256")}
     reward_key = plan.reward.key if plan.reward else None
     sem = asyncio.Semaphore(max(1, concurrency))
     todo = [i for i in range(len(rows)) if i not in done]

@@ -24,7 +24,7 @@ from .html import finite, graph_html, trajectory_html
 from .payload import DEFAULT_MAX_TOKENS, build_payload
 from .svg import render_svg
 from .textview import text_view
-from .tokens import load_vocab
+from .tokens import TokenizerUnavailable, load_vocab
 from .trace import chrome_trace
 from .trajectory import MissingTorch, TrajectoryError, load_trajectory
 
@@ -183,12 +183,15 @@ def load_selected(path: Path, group: int | None, sample: int | None):
 
 
 def trajectory_output(path: Path, fmt: str, *, graph: str | None = None, group: int | None = None,
-                      sample: int | None = None, tokenizer: str = "qwen", max_tokens: int | None = None,
+                      sample: int | None = None, tokenizer: str | None = None, max_tokens: int | None = None,
                       color: bool = True, show_prompt: bool = False) -> str:
     full, traj = load_selected(path, group, sample)
     if fmt == "chrome-trace":
         return json.dumps(finite(chrome_trace(traj)), indent=1, allow_nan=False) + "\n"
-    vocab, note = load_vocab(tokenizer)
+    try:
+        vocab, note = load_vocab(tokenizer, full.tokenizer)
+    except TokenizerUnavailable as exc:
+        raise VizError(str(exc)) from None
     notices = list(full.notes) + ([note] if note else [])
     if fmt == "text":
         return text_view(traj, vocab, color=color, max_tokens=max_tokens or 2000, show_prompt=show_prompt,

@@ -1,19 +1,22 @@
 """Token ids -> what each token looks like, for token strips (HTML and terminal).
 
-Input: a tokenizer choice (`qwen`: graphrl's offline Qwen tokenizer; `none`: show ids; else a local
-Hugging Face tokenizer directory) and token ids.
+Input: a tokenizer choice (`qwen`, `tiny`, `smollm2`: graphrl's offline tokenizers; `none`: show ids;
+else a local Hugging Face tokenizer directory), or none and the tokenizer a trajectory recorded, and
+token ids.
 Output: `TokenText` per id: its text when its bytes are valid UTF-8 on their own, otherwise its raw
 bytes (a token that holds part of a multi-byte character; viewers join such runs and decode them
 together), and whether it is a special/added token.
 
-Invariants: the tokenizer is imported lazily and only once per `Vocab`; a missing tokenizer is not an
-error: `load_vocab` falls back to ids and returns a notice saying why. Model output is never
+Invariants: the tokenizer is imported lazily and only once per `Vocab`; a tokenizer the user named
+that cannot be loaded is `TokenizerUnavailable` (the command exits 2); the recorded one missing is
+not an error: `load_vocab` falls back (qwen, then ids) and returns a notice saying why. Model output is never
 re-tokenised here: ids are only looked up.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 
@@ -67,21 +70,52 @@ class Vocab:
         return out
 
 
-def load_vocab(spec: str) -> tuple[Vocab, str | None]:
-    """`qwen`, `none` or a local tokenizer directory -> (Vocab, notice or None)."""
+TOKENIZER_HELP = "qwen, tiny, smollm2, none (token ids), or a local tokenizer directory"
+
+
+class TokenizerUnavailable(ValueError):
+    """A tokenizer asked for by name that cannot be loaded here (offline, no download)."""
+
+
+def load_tokenizer(spec: str) -> Any:
+    """A built-in name (qwen/qwen2/qwen2.5/qwen3, tiny, smollm2) or a local directory -> tokenizer,
+    offline. Raises `TokenizerUnavailable` (MissingDependency passes through)."""
+    from ..errors import MissingDependency
+    from ..models.registry import MODEL_NAMES, TOKENIZER_ALIASES, resolve_tokenizer
+
+    if spec not in MODEL_NAMES and spec not in TOKENIZER_ALIASES and not Path(spec).expanduser().is_dir():
+        raise TokenizerUnavailable(f"unknown tokenizer {spec!r}: use {TOKENIZER_HELP}")
+    try:
+        return resolve_tokenizer(spec)
+    except MissingDependency:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the loader's message is the explanation
+        reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        raise TokenizerUnavailable(f"tokenizer {spec!r} cannot be loaded: {reason}") from None
+
+
+def load_vocab(spec: str | None, recorded: str | None = None) -> tuple[Vocab, str | None]:
+    """The vocabulary to show tokens with -> (Vocab, notice or None).
+
+    `spec` given (the user's --tokenizer): that one or `TokenizerUnavailable`. `spec` None: the
+    tokenizer the trajectory recorded; when it recorded none, or that one cannot be loaded here,
+    Qwen's with a notice (token texts may be wrong) or, failing that, ids with a notice."""
     if spec == "none":
         return Vocab("ids"), None
+    if spec is not None:
+        return Vocab(spec, load_tokenizer(spec)), None
+    note = None
+    if recorded:
+        try:
+            return Vocab(recorded, load_tokenizer(recorded)), None
+        except Exception as exc:  # noqa: BLE001 - a missing recorded tokenizer only costs the token texts
+            note = f"the run's tokenizer '{recorded}' is unavailable here ({exc}); token texts use qwen and may be wrong"
+    else:
+        note = "the trajectory does not record its tokenizer (an older file?): token texts use qwen; pass --tokenizer"
     try:
-        if spec == "qwen":
-            from ..models.tokenizer import qwen_tokenizer
-
-            return Vocab("qwen", qwen_tokenizer()), None
-        from transformers import AutoTokenizer
-
-        return Vocab(spec, AutoTokenizer.from_pretrained(spec, local_files_only=True)), None
-    except Exception as exc:  # noqa: BLE001 - any failure here only costs the token texts
-        reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
-        return Vocab("ids"), f"token texts unavailable (tokenizer '{spec}': {reason}); showing token ids"
+        return Vocab("qwen", load_tokenizer("qwen")), note
+    except Exception as exc:  # noqa: BLE001
+        return Vocab("ids"), f"token texts unavailable ({exc}); showing token ids"
 
 
 def join_texts(seq: Sequence[int], table: dict[int, TokenText]) -> list[str]:

@@ -81,6 +81,7 @@ class Trajectory:
     plan_sha256: str | None
     rollouts: tuple[Rollout, ...]
     notes: tuple[str, ...] = ()  # things skipped while reading (an unfinished last line)
+    tokenizer: str | None = None  # the tokenizer the run recorded ("run": {"tokenizer"}), if any
 
     def groups(self) -> list[int]:
         return sorted({r.group for r in self.rollouts})
@@ -107,7 +108,8 @@ _BOXED = re.compile(r"\\boxed\{")
 
 
 def final_answer(r: Rollout) -> str:
-    """The rollout's answer for the group table: the reward's `pred`, else the last \\boxed{}, else the tail."""
+    """The rollout's answer for the group table: the reward's `pred` (the answer as written, see
+    rewards/scorer.py), else the last \\boxed{} of the last response, else its tail."""
     if isinstance(r.reward, Mapping) and isinstance(r.reward.get("pred"), str):
         return r.reward["pred"]
     text = next((s.response for s in reversed(r.samples) if s.response), "") or ""
@@ -191,7 +193,7 @@ def _path(v: Any, where: str) -> tuple[tuple[str, int], ...]:
 def load_jsonl(path: str | Path) -> Trajectory:
     path = Path(path)
     rollouts: dict[tuple[int, int], dict[str, Any]] = {}
-    graph = sha = None
+    graph = sha = tokenizer = None
     notes: list[str] = []
     with open(path, "rb") as f:
         for lineno, raw in enumerate(f, 1):
@@ -217,6 +219,8 @@ def load_jsonl(path: str | Path) -> Trajectory:
                 raise TrajectoryError(f"{where}:1: not a graphrl trajectory line (no 'group'/'rollout_id'); "
                                       "expected the output of `graphrl run`")
             graph, sha = graph or rec.get("graph"), sha or rec.get("plan_sha256")
+            if tokenizer is None and isinstance(rec.get("run"), dict) and isinstance(rec["run"].get("tokenizer"), str):
+                tokenizer = rec["run"]["tokenizer"]
             key = (int(rec["group"]), int(rec.get("n", 0)))
             ro = rollouts.setdefault(key, {"samples": [], "rec": rec, "where": where})
             if rec.get("rollout") is not None:
@@ -234,7 +238,7 @@ def load_jsonl(path: str | Path) -> Trajectory:
                            calls=tuple(info.get("calls") or [c for s in samples for c in s.calls]),
                            elapsed_s=float(info.get("elapsed_s") or 0.0), engine_s=float(info.get("engine_s") or 0.0),
                            samples=samples))
-    return Trajectory(str(path), graph, sha, tuple(out), tuple(notes))
+    return Trajectory(str(path), graph, sha, tuple(out), tuple(notes), tokenizer)
 
 
 def _field(item: Any, name: str) -> Any:

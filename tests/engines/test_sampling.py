@@ -35,7 +35,8 @@ def test_from_mapping_coerces_and_accepts_slime_params():
     {"nope": 1}, {"top_k": 0}, {"top_p": 0.0}, {"top_p": 1.5}, {"temperature": -1},
     {"max_new_tokens": -1}, {"max_new_tokens": 1.5}, {"stop": [1]}, {"stop": [""]},
     {"stop_token_ids": ["a"]}, {"ignore_eos": "yes"}, {"repetition_penalty": 1.2},
-    {"regex": "a+"}, {"n": 2}, {"min_p": 2.0},
+    {"ebnf": "root ::= x"}, {"regex": ""}, {"regex": "a", "json_schema": "{}"}, {"json_schema": 3},
+    {"n": 2}, {"min_p": 2.0},
 ])
 def test_rejects_bad_or_unsupported_params(bad):
     with pytest.raises(ValueError):

@@ -226,7 +226,7 @@ def sglang_stub(tok):
 
 def _cli(kit, url, out, data):
     cmd = [str(Path(sys.executable).with_name("graphrl")), "run", str(kit.dir / "slow.yaml"), "--data", str(data),
-           "--out", str(out), "--engine", "sglang", "--url", url, "--n-samples", "2", "--concurrency", "2",
+           "--out", str(out), "--engine", "sglang", "--url", url, "--tokenizer", "qwen", "--n-samples", "2", "--concurrency", "2",
            "--quiet"]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=kit.dir,
                             start_new_session=True)

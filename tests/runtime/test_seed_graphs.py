@@ -137,7 +137,7 @@ def test_agentflow_verifier_never_stops_runs_five_steps_then_final_output(kit, p
     assert_call_samples(res, models.policy, ["plan"] + ["next_step"] * 5)
     assert list(res.state["memory"]) == [f"Action Step {i}" for i in range(1, 6)]
     # not equal after normalisation -> the judge decided (VERDICT: True)
-    assert res.reward["score"] == 1.0 and res.reward["pred"] == "1024-1"
+    assert res.reward["score"] == 1.0 and res.reward["pred"] == "1024 - 1"  # as written
     assert "equivalent to the reference answer" in kit.r.decode(models.instruct.requests[-1].input_ids)
     check_fanout(res.samples, 1.0, "even")
     assert [s.reward for s in res.samples] == pytest.approx([1 / 6] * 6)

@@ -135,14 +135,18 @@ def test_token_texts_join_partial_utf8():
 
 
 def test_qwen_vocab_and_fallback():
+    from graphrl.viz.tokens import TokenizerUnavailable
+
     vocab, note = load_vocab("qwen")
     if note:
         pytest.skip(note)
     texts = vocab.lookup([151644, 8948, 198])
     assert texts[151644].special and texts[151644].text == "<|im_start|>"
     assert texts[198].text == "\n" and not texts[198].special
-    ids, note = load_vocab("/nonexistent/tokenizer")
-    assert ids.name == "ids" and "showing token ids" in note
+    with pytest.raises(TokenizerUnavailable):  # a tokenizer the user names must load (exit 2)
+        load_vocab("/nonexistent/tokenizer")
+    fallback, note = load_vocab(None, "/nonexistent/tokenizer")  # a recorded one may be missing here
+    assert fallback.name == "qwen" and "unavailable here" in note
 
 
 def test_chrome_trace(real_run):

@@ -12,6 +12,7 @@ Call conventions the runtime uses (and these checks bind):
 
 from __future__ import annotations
 
+import inspect
 import re
 from typing import Any, Iterator
 
@@ -84,6 +85,15 @@ def _check_builtin(sig: Signature, args: dict[str, Any], what: str, path: tuple,
             yield Diagnostic("E304", f"{what} needs argument '{k}'", g.span(*path), f"add {k}: under args:")
 
 
+def parameter_names(fn: Any) -> list[str]:
+    """The keyword-passable parameter names of a user function ([] when it has no signature)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+
 def _check_user(ref: str, positional: int, args: dict[str, Any], code: str, path: tuple, g: Graph) -> Iterator[Diagnostic]:
     fn = resolve_callable(ref, [g.base_dir])
     if isinstance(fn, ImportProblem):
@@ -91,7 +101,9 @@ def _check_user(ref: str, positional: int, args: dict[str, Any], code: str, path
         return
     problem = signature_problem(fn, positional, args)
     if problem:
-        yield Diagnostic("E304", f"'{ref}' does not accept the arguments given: {problem}", g.span(*path))
+        names = parameter_names(fn)
+        hint = next((h for k in args if k not in names for h in [did_you_mean(k, names)] if h), None)
+        yield Diagnostic("E304", f"'{ref}' does not accept the arguments given: {problem}", g.span(*path), hint)
 
 
 def check_tools(g: Graph, flow: Flow) -> Iterator[Diagnostic]:

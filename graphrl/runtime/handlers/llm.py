@@ -34,6 +34,8 @@ def sampling_params(ex: StepServices, node: Any, model: str, stop_token_ids: fro
     p["max_new_tokens"] = node.max_tokens
     if node.stop:
         p["stop"] = list(node.stop)
+    if node.constrain is not None:
+        p.update(node.constrain.sampling_params())
     p["stop_token_ids"] = sorted(set(p.get("stop_token_ids") or ()) | set(stop_token_ids))
     p.setdefault("skip_special_tokens", False)
     p.setdefault("no_stop_trim", True)

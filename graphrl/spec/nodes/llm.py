@@ -11,6 +11,7 @@ from typing import Any, ClassVar, Iterator, Literal
 from pydantic import Field
 
 from ..common import POLICY, Message, Parse
+from ..constrain import Constrain
 from .base import FlowNode, NodeBase, Path
 
 
@@ -30,6 +31,8 @@ class LLMNode(FlowNode):
     top_p: float | None = Field(None, gt=0, le=1)
     top_k: int | None = None
     stop: list[str] | None = None
+    constrain: Constrain | None = Field(None, description="structured output: regex, json_schema or ebnf "
+                                        "(SGLang sampling params; see docs/graph-language.md)")
     parse: Parse | None = None
 
     @property
