@@ -350,7 +350,8 @@ def _read_template_files(spec: GraphSpec, nodes: dict[str, Node], file: str, loc
                 what = (f"template file not found: {tfile}" if isinstance(exc, FileNotFoundError)
                         else f"cannot read template file {tfile}: {getattr(exc, 'strerror', None) or exc}")
                 where = (f"template paths are relative to {base}" if base.is_dir()
-                         else f"template paths are relative to {base}, which does not exist (templates: {spec.templates!r})")
+                         else f"template paths are relative to {base}; {base} does not exist (templates: "
+                         f"{spec.templates!r} is relative to the graph file)")
                 diags.append(Diagnostic("E007", what, loc.span(path), did_you_mean(tfile.name, near) or where))
     return out
 

@@ -88,7 +88,7 @@ def test_models_cli(tmp_path):
     assert ok.exit_code == 0, ok.output
     assert f"exported tiny to {target}" in ok.output and (target / "config.json").is_file()
     refused = runner.invoke(models_command, ["export", "tiny", str(target)])
-    assert refused.exit_code == 1 and "not empty" in refused.output
+    assert refused.exit_code == 2 and "not empty" in refused.output  # a usage error
     assert runner.invoke(models_command, ["export", "tiny", str(target), "--force"]).exit_code == 0
     unknown = runner.invoke(models_command, ["export", "gpt-17", str(tmp_path / "x")])
     assert unknown.exit_code == 2 and "unknown model" in unknown.output

@@ -291,7 +291,7 @@ def test_graphrl_run_never_prints_a_traceback(plan, server, tmp_path, name, with
     data = tmp_path / "d.jsonl"
     data.write_bytes(raw)
     out = tmp_path / "t.jsonl"
-    args = ["run", plan.source["file"], "--data", str(data), "--out", str(out), "--engine", "sglang",
+    args = ["run", plan.source["file"], "--data", str(data), "--out", str(out), "--engine", "sglang", "--tokenizer", "qwen",
             "--url", server.url, "--quiet"]
     if with_metadata:
         args += ["--metadata", "context=from the command line"]
