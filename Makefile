@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY      = $(VENV)/bin/python
 BIN     = $(VENV)/bin
 
-.PHONY: demo test setup browser docs-img bench bench-quick clean
+.PHONY: demo test lint setup browser docs-img bench bench-quick clean
 
 setup: $(VENV)/.installed
 
@@ -21,8 +21,16 @@ $(VENV)/.installed: pyproject.toml Makefile
 demo: setup
 	$(BIN)/graphrl demo
 
-test: setup browser
+test: setup browser lint
 	$(PY) -m pytest -q
+
+# The habits of the house (docs/architecture.md): lint and format (ruff), types (mypy over graphrl/),
+# and the layers (import-linter contracts in pyproject.toml).
+lint: setup
+	$(BIN)/ruff check graphrl tests benchmarks
+	$(BIN)/ruff format --check graphrl tests benchmarks
+	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 
 # Benchmarks (docs/performance.md): graphrl's compiled generate against hand-written slime generate
 # functions on a latency-simulating SGLang-protocol server. `bench` is the full run (about 30 minutes

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import difflib
 import zlib
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 KIND, IDS, LOGPROBS, FINISH, PROMPT, CACHED, DIGEST = range(7)
 
@@ -48,8 +49,14 @@ def _malformed(s: Any) -> bool:
 
 
 def audit_samples(rollouts: Mapping[str, Sequence[Any]], policy_log: Mapping[str, list]) -> dict[str, int]:
-    out = {"samples": 0, "trained_tokens": 0, "mismatch_tokens": 0, "mismatch_turns": 0,
-           "logprob_mismatches": 0, "malformed": 0}
+    out = {
+        "samples": 0,
+        "trained_tokens": 0,
+        "mismatch_tokens": 0,
+        "mismatch_turns": 0,
+        "logprob_mismatches": 0,
+        "malformed": 0,
+    }
     for session, samples in rollouts.items():
         runs = [r for s in samples for r in trained_runs(s)]
         sampled = [(call[IDS], call[LOGPROBS]) for call in policy_log.get(session, [])]
@@ -83,8 +90,7 @@ def request_stats(logs: Mapping[str, Mapping[str, list]]) -> dict[str, Any]:
     for role in sorted(logs):
         calls = [c for session in sorted(logs[role]) for c in logs[role][session]]
         p, c = sum(x[PROMPT] for x in calls), sum(x[CACHED] for x in calls)
-        stats[role] = {"calls": len(calls), "prompt_tokens": p, "cached_tokens": c,
-                       "hit_rate": c / p if p else 0.0}
+        stats[role] = {"calls": len(calls), "prompt_tokens": p, "cached_tokens": c, "hit_rate": c / p if p else 0.0}
         work = _crc(((s, [(x[KIND], len(x[IDS]), x[FINISH]) for x in logs[role][s]]) for s in sorted(logs[role])), work)
         prompts = _crc(((s, [x[DIGEST] for x in logs[role][s]]) for s in sorted(logs[role])), prompts)
     stats["calls"] = sum(stats[r]["calls"] for r in logs)

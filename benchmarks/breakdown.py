@@ -71,7 +71,9 @@ def instrument() -> dict[str, list[float]]:
                     slot = acc.setdefault(label, [0.0, 0])
                     slot[0] += elapsed - inner
                     slot[1] += 1
+
             return timed
+
         setattr(holder, name, wrap(fn))
     return acc
 
@@ -89,13 +91,22 @@ def main(argv: list[str] | None = None) -> int:
 
     acc = instrument()
     build = REPO / "build" / "bench-breakdown"
-    server = Server(argparse.Namespace(seed=0, per_request_s=0.02, per_output_token_s=0.001, per_prefill_token_s=1e-5,
-                                       noncanonical_rate=0.05, code_rate=ns.code_rate))
+    server = Server(
+        argparse.Namespace(
+            seed=0,
+            per_request_s=0.02,
+            per_output_token_s=0.001,
+            per_prefill_token_s=1e-5,
+            noncanonical_rate=0.05,
+            code_rate=ns.code_rate,
+        )
+    )
     try:
         if ns.workflow == "memagent":
             graph = graphs.memagent_yaml(build / "graphs")
-            rows = data.memagent_rows(max(1, ns.rollouts // 4), seed=0, chunk_tokens=5000, chunks=(1, 3),
-                                      tokenizer=qwen_tokenizer())
+            rows = data.memagent_rows(
+                max(1, ns.rollouts // 4), seed=0, chunk_tokens=5000, chunks=(1, 3), tokenizer=qwen_tokenizer()
+            )
         else:
             graph = graphs.toolorchestra_yaml(build / "graphs")
             rows = data.toolorchestra_rows(max(1, ns.rollouts // 4), seed=0)
@@ -110,22 +121,34 @@ def main(argv: list[str] | None = None) -> int:
             return await drive(*a)
 
         client._drive = counted
-        spec = {"workflow": ns.workflow, "system": "graphrl", "concurrency": ns.concurrency, "data": str(path),
-                "module": str(module), "n_samples": 4, "urls": server.urls, "warmup": 2,
-                "hf_checkpoint": str(qwen_tokenizer_dir())}
+        spec = {
+            "workflow": ns.workflow,
+            "system": "graphrl",
+            "concurrency": ns.concurrency,
+            "data": str(path),
+            "module": str(module),
+            "n_samples": 4,
+            "urls": server.urls,
+            "warmup": 2,
+            "hf_checkpoint": str(qwen_tokenizer_dir()),
+        }
         r = client.run_cell(spec)
     finally:
         server.stop()
     calls = r["calls"]
-    print(f"{ns.workflow}, graphrl, c={ns.concurrency}, {r['rollouts']} rollouts, {calls} LLM calls: "
-          f"client CPU {r['cpu_ms_per_call']:.3f} ms/call = tokenise {r['tokenise_ms_per_call']:.3f} + "
-          f"the rest {r['overhead_ms_per_call']:.3f}, of which:")
+    print(
+        f"{ns.workflow}, graphrl, c={ns.concurrency}, {r['rollouts']} rollouts, {calls} LLM calls: "
+        f"client CPU {r['cpu_ms_per_call']:.3f} ms/call = tokenise {r['tokenise_ms_per_call']:.3f} + "
+        f"the rest {r['overhead_ms_per_call']:.3f}, of which:"
+    )
     listed = 0.0
     for label, (s, n) in sorted(acc.items(), key=lambda kv: -kv[1][0]):
         listed += s
         print(f"  {1e3 * s / calls:7.3f} ms/call  {label:<48} ({n} calls, {1e6 * s / max(n, 1):.0f} us each)")
-    print(f"  {r['overhead_ms_per_call'] - 1e3 * listed / calls:7.3f} ms/call  everything else (transport, event loop, "
-          "tools, unlisted code)")
+    print(
+        f"  {r['overhead_ms_per_call'] - 1e3 * listed / calls:7.3f} ms/call  everything else (transport, event loop, "
+        "tools, unlisted code)"
+    )
     return 0
 
 

@@ -36,11 +36,23 @@ from .sample import Sample, as_list, samples_for
 from .sim.text import EXPERT_MODELS
 from .tokclock import install
 
-SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": 1024, "stop": None,
-            "stop_token_ids": None, "skip_special_tokens": False, "no_stop_trim": True,
-            "spaces_between_special_tokens": False}
-BASELINES = {("memagent", "careful"): "memagent_careful", ("memagent", "text"): "memagent_text",
-             ("toolorchestra", "careful"): "toolorchestra_careful", ("toolorchestra", "text"): "toolorchestra_text"}
+SAMPLING = {
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "top_k": -1,
+    "max_new_tokens": 1024,
+    "stop": None,
+    "stop_token_ids": None,
+    "skip_special_tokens": False,
+    "no_stop_trim": True,
+    "spaces_between_special_tokens": False,
+}
+BASELINES = {
+    ("memagent", "careful"): "memagent_careful",
+    ("memagent", "text"): "memagent_text",
+    ("toolorchestra", "careful"): "toolorchestra_careful",
+    ("toolorchestra", "text"): "toolorchestra_text",
+}
 
 
 def _host_port(url: str) -> tuple[str, int]:
@@ -52,12 +64,20 @@ def make_args(spec: dict[str, Any]) -> SimpleNamespace:
     ip, port = _host_port(spec["urls"]["policy"])
     expert = _host_port(spec["urls"]["expert"])
     args = SimpleNamespace(
-        sglang_router_ip=ip, sglang_router_port=port,
+        sglang_router_ip=ip,
+        sglang_router_port=port,
         sglang_model_routers={m: expert for m in EXPERT_MODELS},
-        hf_checkpoint=spec["hf_checkpoint"], rollout_max_response_len=1024, rollout_max_context_len=None,
-        partial_rollout=False, apply_chat_template=False, reward_key=None,
-        n_samples_per_prompt=spec["n_samples"], rollout_batch_size=spec["concurrency"],
-        retrieval_url=spec["urls"]["retrieve"], memagent_chunk_tokens=spec.get("chunk_tokens", 5000))
+        hf_checkpoint=spec["hf_checkpoint"],
+        rollout_max_response_len=1024,
+        rollout_max_context_len=None,
+        partial_rollout=False,
+        apply_chat_template=False,
+        reward_key=None,
+        n_samples_per_prompt=spec["n_samples"],
+        rollout_batch_size=spec["concurrency"],
+        retrieval_url=spec["urls"]["retrieve"],
+        memagent_chunk_tokens=spec.get("chunk_tokens", 5000),
+    )
     if spec["system"] == "graphrl":  # slime's --custom-config-path: every key becomes an attribute
         config = Path(spec["module"]).with_name("slime_args.yaml")
         for k, v in (yaml.safe_load(config.read_text()) or {}).items():
@@ -150,15 +170,28 @@ async def _run(spec: dict[str, Any]) -> dict[str, Any]:
         statuses[x.status.name.lower()] = statuses.get(x.status.name.lower(), 0) + 1
     lat = sorted(latencies)
     return {
-        "workflow": spec["workflow"], "system": spec["system"], "concurrency": spec["concurrency"],
-        "rollouts": len(samples), "samples": len(flat), "wall_s": wall, "rollouts_per_s": len(samples) / wall,
-        "latency_p50_s": statistics.median(lat), "latency_p99_s": lat[min(len(lat) - 1, int(0.99 * len(lat)))],
-        "cpu_s": cpu, "cpu_ms_per_call": 1e3 * cpu / calls, "tokenise_ms_per_call": 1e3 * enc / calls,
+        "workflow": spec["workflow"],
+        "system": spec["system"],
+        "concurrency": spec["concurrency"],
+        "rollouts": len(samples),
+        "samples": len(flat),
+        "wall_s": wall,
+        "rollouts_per_s": len(samples) / wall,
+        "latency_p50_s": statistics.median(lat),
+        "latency_p99_s": lat[min(len(lat) - 1, int(0.99 * len(lat)))],
+        "cpu_s": cpu,
+        "cpu_ms_per_call": 1e3 * cpu / calls,
+        "tokenise_ms_per_call": 1e3 * enc / calls,
         "decode_ms_per_call": 1e3 * dec / calls,
-        "overhead_ms_per_call": 1e3 * (cpu - enc) / calls, "policy_calls": stats.get("policy", {}).get("calls", 0),
-        "rss_peak_mb": mem["VmHWM"], "rss_growth_mb": mem["VmHWM"] - rss0,
-        "mean_reward": statistics.fmean(rewards) if rewards else 0.0, "statuses": statuses,
-        **{k: stats[k] for k in ("calls", "prompt_tokens", "cached_tokens", "hit_rate", "work_digest", "prompt_digest")},
+        "overhead_ms_per_call": 1e3 * (cpu - enc) / calls,
+        "policy_calls": stats.get("policy", {}).get("calls", 0),
+        "rss_peak_mb": mem["VmHWM"],
+        "rss_growth_mb": mem["VmHWM"] - rss0,
+        "mean_reward": statistics.fmean(rewards) if rewards else 0.0,
+        "statuses": statuses,
+        **{
+            k: stats[k] for k in ("calls", "prompt_tokens", "cached_tokens", "hit_rate", "work_digest", "prompt_digest")
+        },
         "policy_hit_rate": stats.get("policy", {}).get("hit_rate", 0.0),
         **audit_samples(rollouts, logs["policy"]),
         **spec.get("tags", {}),

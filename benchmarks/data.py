@@ -21,21 +21,35 @@ from .sim.text import ALIASES, EXPERT_MODELS, fact, gold_answer, question, seede
 
 _TOOL_TEXT = {
     "search": "An expert model writes a search query for the missing information; a retrieval service "
-              "returns the most relevant documents.",
-    "enhance_reasoning": "An expert model reasons about the problem step by step and may write and run "
-                         "Python code.",
+    "returns the most relevant documents.",
+    "enhance_reasoning": "An expert model reasons about the problem step by step and may write and run Python code.",
     "call_expert": "The conversation so far is handed to an expert model, whose solution is returned.",
     "answer": "An expert model writes the final answer from the information gathered. Ends the task.",
 }
 
 
 def tool_schemas() -> list[dict[str, Any]]:
-    return [{"type": "function", "function": {
-        "name": name, "description": text,
-        "parameters": {"type": "object", "required": ["model"], "properties": {
-            "model": {"type": "string", "enum": list(ALIASES),
-                      "description": "The expert to use, by alias."}}}}}
-        for name, text in _TOOL_TEXT.items()]
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": name,
+                "description": text,
+                "parameters": {
+                    "type": "object",
+                    "required": ["model"],
+                    "properties": {
+                        "model": {
+                            "type": "string",
+                            "enum": list(ALIASES),
+                            "description": "The expert to use, by alias.",
+                        }
+                    },
+                },
+            },
+        }
+        for name, text in _TOOL_TEXT.items()
+    ]
 
 
 def _document(rng, q: str, tokens: int, tokenizer) -> str:
@@ -47,16 +61,20 @@ def _document(rng, q: str, tokens: int, tokenizer) -> str:
     return tokenizer.backend_tokenizer.decode(ids[:tokens], skip_special_tokens=False)
 
 
-def memagent_rows(n_prompts: int, *, seed: int, chunk_tokens: int, chunks: tuple[int, int],
-                  tokenizer, empty_every: int = 0) -> list[dict[str, Any]]:
+def memagent_rows(
+    n_prompts: int, *, seed: int, chunk_tokens: int, chunks: tuple[int, int], tokenizer, empty_every: int = 0
+) -> list[dict[str, Any]]:
     """`chunks` = (lo, hi): each document has a seeded number of chunks in [lo, hi]."""
     rows = []
     for i in range(n_prompts):
         rng = seeded(seed, "memagent", i)
         q = question(rng, i)
         n_chunks = rng.randint(*chunks)
-        doc = "" if empty_every and i % empty_every == empty_every - 1 else _document(
-            rng, q, n_chunks * chunk_tokens - max(1, chunk_tokens // 2), tokenizer)
+        doc = (
+            ""
+            if empty_every and i % empty_every == empty_every - 1
+            else _document(rng, q, n_chunks * chunk_tokens - max(1, chunk_tokens // 2), tokenizer)
+        )
         rows.append({"prompt": q, "label": [gold_answer(q)], "metadata": {"context": doc}})
     return rows
 
@@ -69,9 +87,18 @@ def toolorchestra_rows(n_prompts: int, *, seed: int) -> list[dict[str, Any]]:
         q = question(rng, i)
         problem = f"{sentence(rng)} {q}"
         mapping = {a: EXPERT_MODELS[(i + j) % len(EXPERT_MODELS)] for j, a in enumerate(ALIASES)}
-        rows.append({"prompt": problem, "label": gold_answer(problem), "metadata": {
-            "category": "qa", "tools": schemas, "model_mapping": mapping,
-            "pref_vec": {"accuracy": 1.0, "cost": 0.3, "latency": 0.2}}})
+        rows.append(
+            {
+                "prompt": problem,
+                "label": gold_answer(problem),
+                "metadata": {
+                    "category": "qa",
+                    "tools": schemas,
+                    "model_mapping": mapping,
+                    "pref_vec": {"accuracy": 1.0, "cost": 0.3, "latency": 0.2},
+                },
+            }
+        )
     return rows
 
 

@@ -25,7 +25,9 @@ async def _measure(urls: dict[str, str], n: int, concurrency: int) -> dict[str, 
     params = {"max_new_tokens": 1024, "temperature": 1.0, "skip_special_tokens": False, "no_stop_trim": True}
     engine = SGLangEngine(urls["policy"])
     clients = {
-        "aiohttp + orjson (baselines)": lambda i: common.generate(urls["policy"] + "/generate", ids, params, 1024, f"f{i}"),
+        "aiohttp + orjson (baselines)": lambda i: common.generate(
+            urls["policy"] + "/generate", ids, params, 1024, f"f{i}"
+        ),
         "graphrl SGLangEngine": lambda i: engine.generate(ids, params, session_id=f"g{i}"),
     }
     out = {}
@@ -50,8 +52,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--requests", type=int, default=400)
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 64, 512])
     ns = p.parse_args(argv)
-    server = Server(argparse.Namespace(seed=0, per_request_s=0.005, per_output_token_s=0.0, per_prefill_token_s=0.0,
-                                       noncanonical_rate=0.0, code_rate=0.0))
+    server = Server(
+        argparse.Namespace(
+            seed=0,
+            per_request_s=0.005,
+            per_output_token_s=0.0,
+            per_prefill_token_s=0.0,
+            noncanonical_rate=0.0,
+            code_rate=0.0,
+        )
+    )
     try:
         for c in ns.concurrency:
             for name, ms in asyncio.run(_measure(server.urls, ns.requests, c)).items():

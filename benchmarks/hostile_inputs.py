@@ -65,9 +65,17 @@ print(res.status, res.error[:100])
 
 def _run(code: str) -> tuple[float, float, str]:
     t0 = time.perf_counter()
-    r = subprocess.run([sys.executable, "-c", code + "\nimport resource, sys\n"
-                        "print('RSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)"],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            code + "\nimport resource, sys\n"
+            "print('RSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     wall = time.perf_counter() - t0
     rss_kib = next((int(x.split()[1]) for x in r.stderr.splitlines() if x.startswith("RSS ")), -1)
     out = (r.stdout.strip() or r.stderr.strip().splitlines()[-1])[:90]
@@ -79,8 +87,10 @@ def main() -> None:
         rows = Path(tmp) / "rows.jsonl"
         rows.write_text(json.dumps({"prompt": "x" * 50_000_000}) + "\n")
         graph = Path(tmp) / "g.yaml"
-        graph.write_text("name: huge\ninputs: {question: prompt}\nnodes:\n"
-                         "  solve: {llm: policy, prompt: [{user: \"{{ question }}\"}]}\n")
+        graph.write_text(
+            "name: huge\ninputs: {question: prompt}\nnodes:\n"
+            '  solve: {llm: policy, prompt: [{user: "{{ question }}"}]}\n'
+        )
         print("| case | wall s | peak RSS MiB | target | result |")
         print("|---|---|---|---|---|")
         for name, code in CASES.items():
@@ -88,8 +98,10 @@ def main() -> None:
             wall, rss, out = _run(code)
             ok = wall < 10 and rss < 1024
             print(f"| {name} | {wall:.2f} | {rss:.0f} | {'met' if ok else 'MISSED'} (< 10 s, < 1024 MiB) | {out} |")
-    print(f"\n(python {sys.version.split()[0]}, RSS includes the interpreter and graphrl's imports; "
-          f"this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024} MiB)")
+    print(
+        f"\n(python {sys.version.split()[0]}, RSS includes the interpreter and graphrl's imports; "
+        f"this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024} MiB)"
+    )
 
 
 if __name__ == "__main__":

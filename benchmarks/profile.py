@@ -27,8 +27,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--html", type=Path)
     p.add_argument("--interval", type=float, default=0.0005)
     ns = p.parse_args(argv)
-    server_ns = argparse.Namespace(seed=0, per_request_s=0.02, per_output_token_s=0.001, per_prefill_token_s=1e-5,
-                                   noncanonical_rate=0.05, code_rate=0.35)
+    server_ns = argparse.Namespace(
+        seed=0,
+        per_request_s=0.02,
+        per_output_token_s=0.001,
+        per_prefill_token_s=1e-5,
+        noncanonical_rate=0.05,
+        code_rate=0.35,
+    )
     from pyinstrument import Profiler
 
     from graphrl.models.tokenizer import qwen_tokenizer, qwen_tokenizer_dir
@@ -42,16 +48,26 @@ def main(argv: list[str] | None = None) -> int:
         if ns.workflow == "memagent":
             k = None if ns.chunk_tokens == 5000 else ns.chunk_tokens
             graph = graphs.memagent_yaml(build / "graphs", chunk_tokens=k)
-            rows = data.memagent_rows(max(1, ns.rollouts // 4), seed=0, chunk_tokens=ns.chunk_tokens,
-                                      chunks=tuple(ns.chunks), tokenizer=tok)
+            rows = data.memagent_rows(
+                max(1, ns.rollouts // 4), seed=0, chunk_tokens=ns.chunk_tokens, chunks=tuple(ns.chunks), tokenizer=tok
+            )
         else:
             graph = graphs.toolorchestra_yaml(build / "graphs")
             rows = data.toolorchestra_rows(max(1, ns.rollouts // 4), seed=0)
         module = graphs.compile_graph(graph, build / graph.stem)
         path = data.write_jsonl(rows, build / f"{ns.workflow}.jsonl")
-        spec = {"workflow": ns.workflow, "system": ns.system, "concurrency": ns.concurrency, "data": str(path),
-                "module": str(module), "n_samples": 4, "urls": server.urls, "warmup": 2,
-                "hf_checkpoint": str(qwen_tokenizer_dir()), "chunk_tokens": ns.chunk_tokens}
+        spec = {
+            "workflow": ns.workflow,
+            "system": ns.system,
+            "concurrency": ns.concurrency,
+            "data": str(path),
+            "module": str(module),
+            "n_samples": 4,
+            "urls": server.urls,
+            "warmup": 2,
+            "hf_checkpoint": str(qwen_tokenizer_dir()),
+            "chunk_tokens": ns.chunk_tokens,
+        }
         profiler = Profiler(interval=ns.interval, async_mode="disabled")
         profiler.start()
         result = run_cell(spec)

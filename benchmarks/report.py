@@ -11,8 +11,18 @@ import statistics
 from typing import Any
 
 SYSTEMS = ("graphrl", "careful", "text")
-NUMERIC = ("wall_s", "rollouts_per_s", "latency_p50_s", "latency_p99_s", "cpu_ms_per_call",
-           "tokenise_ms_per_call", "decode_ms_per_call", "overhead_ms_per_call", "rss_peak_mb", "rss_growth_mb")
+NUMERIC = (
+    "wall_s",
+    "rollouts_per_s",
+    "latency_p50_s",
+    "latency_p99_s",
+    "cpu_ms_per_call",
+    "tokenise_ms_per_call",
+    "decode_ms_per_call",
+    "overhead_ms_per_call",
+    "rss_peak_mb",
+    "rss_growth_mb",
+)
 
 
 def merge(cells: list[dict[str, Any]]) -> dict[tuple[str, int, str], dict[str, Any]]:
@@ -37,9 +47,11 @@ def _f(x: float, nd: int = 2) -> str:
 
 
 def cell_table(merged: dict, workflow: str) -> str:
-    head = ("| system | conc | rollouts | rollouts/s | p50 s | p99 s | CPU ms/call | tokenise ms/call | "
-            "CPU excl. tokenise ms/call (of it decode) | LLM calls | prompt tokens | cache hit (policy / all) | "
-            "mismatched tokens (turns) | peak RSS MB (growth) | mean reward |")
+    head = (
+        "| system | conc | rollouts | rollouts/s | p50 s | p99 s | CPU ms/call | tokenise ms/call | "
+        "CPU excl. tokenise ms/call (of it decode) | LLM calls | prompt tokens | cache hit (policy / all) | "
+        "mismatched tokens (turns) | peak RSS MB (growth) | mean reward |"
+    )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for conc in sorted({k[1] for k in merged if k[0] == workflow}):
         for system in SYSTEMS:
@@ -52,31 +64,38 @@ def cell_table(merged: dict, workflow: str) -> str:
                 f"{_f(r['overhead_ms_per_call'])} ({_f(r.get('decode_ms_per_call', 0.0))}) | {r['calls']} | "
                 f"{r['prompt_tokens']} | "
                 f"{r['policy_hit_rate']:.3f} / {r['hit_rate']:.3f} | {r['mismatch_tokens']} ({r['mismatch_turns']}) | "
-                f"{r['rss_peak_mb']:.0f} ({r['rss_growth_mb']:+.0f}) | {r['mean_reward']:.3f} |")
+                f"{r['rss_peak_mb']:.0f} ({r['rss_growth_mb']:+.0f}) | {r['mean_reward']:.3f} |"
+            )
     return "\n".join(lines)
 
 
 def ratio_table(merged: dict, workflow: str) -> str:
-    head = ("| conc | wall | rollouts/s | p50 | p99 | CPU/call | CPU excl. tokenise/call | cache hit (policy) | "
-            "peak RSS | same requests as careful |")
+    head = (
+        "| conc | wall | rollouts/s | p50 | p99 | CPU/call | CPU excl. tokenise/call | cache hit (policy) | "
+        "peak RSS | same requests as careful |"
+    )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for conc in sorted({k[1] for k in merged if k[0] == workflow}):
         g, c = merged.get((workflow, conc, "graphrl")), merged.get((workflow, conc, "careful"))
         if g is None or c is None:
             continue
-        q = lambda k: g[k] / c[k] if c[k] else float("nan")  # noqa: E731
+        q = lambda k: g[k] / c[k] if c[k] else float("nan")
         same = "yes" if (g["prompt_digest"], g["work_digest"]) == (c["prompt_digest"], c["work_digest"]) else "NO"
-        lines.append(f"| {conc} | {q('wall_s'):.3f} | {q('rollouts_per_s'):.3f} | {q('latency_p50_s'):.3f} | "
-                     f"{q('latency_p99_s'):.3f} | {q('cpu_ms_per_call'):.2f} | {q('overhead_ms_per_call'):.2f} | "
-                     f"{q('policy_hit_rate'):.3f} | {q('rss_peak_mb'):.2f} | {same} |")
+        lines.append(
+            f"| {conc} | {q('wall_s'):.3f} | {q('rollouts_per_s'):.3f} | {q('latency_p50_s'):.3f} | "
+            f"{q('latency_p99_s'):.3f} | {q('cpu_ms_per_call'):.2f} | {q('overhead_ms_per_call'):.2f} | "
+            f"{q('policy_hit_rate'):.3f} | {q('rss_peak_mb'):.2f} | {same} |"
+        )
     return "\n".join(lines)
 
 
 def scaling_table(rows: list[dict[str, Any]]) -> str:
     """Per chunk: CPU / memorize calls; "marginal": the extra CPU (excl. tokenisation) per extra
     chunk from the previous size -- flat when nothing grows with the document."""
-    head = ("| system | chunks per document | rollouts | LLM calls | CPU ms/chunk | tokenise ms/chunk | "
-            "CPU excl. tokenise ms/chunk | marginal CPU excl. tokenise ms/chunk | wall s | mismatched tokens |")
+    head = (
+        "| system | chunks per document | rollouts | LLM calls | CPU ms/chunk | tokenise ms/chunk | "
+        "CPU excl. tokenise ms/chunk | marginal CPU excl. tokenise ms/chunk | wall s | mismatched tokens |"
+    )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     prev: dict[str, tuple[int, float]] = {}
     for r in sorted(rows, key=lambda r: (r["system"] != "graphrl", r["system"], r["chunks"])):
@@ -87,9 +106,11 @@ def scaling_table(rows: list[dict[str, Any]]) -> str:
             c0, rest0 = prev[r["system"]]
             marginal = f"{(rest - rest0) / (r['rollouts'] * (r['chunks'] - c0)):.3f}"
         prev[r["system"]] = (r["chunks"], rest)
-        lines.append(f"| {r['system']} | {r['chunks']} | {r['rollouts']} | {r['calls']} | "
-                     f"{1e3 * r['cpu_s'] / n:.3f} | {r['tokenise_ms_per_call'] * r['calls'] / n:.3f} | "
-                     f"{rest / n:.3f} | {marginal} | {r['wall_s']:.2f} | {r['mismatch_tokens']} |")
+        lines.append(
+            f"| {r['system']} | {r['chunks']} | {r['rollouts']} | {r['calls']} | "
+            f"{1e3 * r['cpu_s'] / n:.3f} | {r['tokenise_ms_per_call'] * r['calls'] / n:.3f} | "
+            f"{rest / n:.3f} | {marginal} | {r['wall_s']:.2f} | {r['mismatch_tokens']} |"
+        )
     return "\n".join(lines)
 
 
@@ -104,14 +125,16 @@ def verdicts(merged: dict, overhead_budget_ms: float = 0.5, wall_budget: float =
             continue
         ratio = g["wall_s"] / c["wall_s"]
         extra = g["overhead_ms_per_call"] - c["overhead_ms_per_call"]  # what the framework adds per call
-        out.append(f"{wf} c={conc}: wall {ratio:.3f}x careful [{'PASS' if ratio <= wall_budget else 'MISS'}]; "
-                   f"CPU excl. tokenise {g['overhead_ms_per_call']:.3f} ms/call "
-                   f"[{'PASS' if g['overhead_ms_per_call'] <= overhead_budget_ms else 'MISS'}] "
-                   f"(careful {c['overhead_ms_per_call']:.3f}); graphrl - careful "
-                   f"{extra:+.3f} ms/call [{'PASS' if extra <= overhead_budget_ms else 'MISS'}]; "
-                   f"total CPU {g['cpu_ms_per_call'] / c['cpu_ms_per_call']:.3f}x careful; "
-                   f"mismatches graphrl {g['mismatch_tokens']} / careful "
-                   f"{c['mismatch_tokens']} / text {t['mismatch_tokens'] if t else 'n/a'} "
-                   f"[{'PASS' if g['mismatch_tokens'] == 0 else 'MISS'}]; policy cache hit {g['policy_hit_rate']:.3f} vs "
-                   f"{c['policy_hit_rate']:.3f} [{'PASS' if g['policy_hit_rate'] >= c['policy_hit_rate'] - 1e-12 else 'MISS'}]")
+        out.append(
+            f"{wf} c={conc}: wall {ratio:.3f}x careful [{'PASS' if ratio <= wall_budget else 'MISS'}]; "
+            f"CPU excl. tokenise {g['overhead_ms_per_call']:.3f} ms/call "
+            f"[{'PASS' if g['overhead_ms_per_call'] <= overhead_budget_ms else 'MISS'}] "
+            f"(careful {c['overhead_ms_per_call']:.3f}); graphrl - careful "
+            f"{extra:+.3f} ms/call [{'PASS' if extra <= overhead_budget_ms else 'MISS'}]; "
+            f"total CPU {g['cpu_ms_per_call'] / c['cpu_ms_per_call']:.3f}x careful; "
+            f"mismatches graphrl {g['mismatch_tokens']} / careful "
+            f"{c['mismatch_tokens']} / text {t['mismatch_tokens'] if t else 'n/a'} "
+            f"[{'PASS' if g['mismatch_tokens'] == 0 else 'MISS'}]; policy cache hit {g['policy_hit_rate']:.3f} vs "
+            f"{c['policy_hit_rate']:.3f} [{'PASS' if g['policy_hit_rate'] >= c['policy_hit_rate'] - 1e-12 else 'MISS'}]"
+        )
     return out

@@ -35,13 +35,27 @@ REPO = Path(__file__).resolve().parent.parent
 SYSTEMS = ("graphrl", "careful", "text")
 SCALING_SPEEDUP = 10.0
 NO_CODE = " (no code execution)"
-FULL = {"concurrency": (1, 64, 512), "rollouts": {1: 8, 64: 256, 512: 1024}, "repeats": 3,
-        "scaling": (1, 8, 64, 512), "scaling_rollouts": 8, "memagent_chunks": (1, 3), "empty_every": 16,
-        "latency": (0.02, 0.001, 0.00001)}
+FULL = {
+    "concurrency": (1, 64, 512),
+    "rollouts": {1: 8, 64: 256, 512: 1024},
+    "repeats": 3,
+    "scaling": (1, 8, 64, 512),
+    "scaling_rollouts": 8,
+    "memagent_chunks": (1, 3),
+    "empty_every": 16,
+    "latency": (0.02, 0.001, 0.00001),
+}
 # quick: a smoke run; the simulated model is 5x faster (its timings mean nothing, its checks do)
-QUICK = {"concurrency": (1, 8), "rollouts": {1: 2, 8: 16}, "repeats": 1,
-         "scaling": (1, 4), "scaling_rollouts": 2, "memagent_chunks": (1, 2), "empty_every": 4,
-         "latency": (0.004, 0.0002, 0.000002)}
+QUICK = {
+    "concurrency": (1, 8),
+    "rollouts": {1: 2, 8: 16},
+    "repeats": 1,
+    "scaling": (1, 4),
+    "scaling_rollouts": 2,
+    "memagent_chunks": (1, 2),
+    "empty_every": 4,
+    "latency": (0.004, 0.0002, 0.000002),
+}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -59,15 +73,31 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--per-request-s", type=float, help="simulated time per request (default 0.02)")
     p.add_argument("--per-output-token-s", type=float, help="simulated time per output token (default 0.001)")
     p.add_argument("--per-prefill-token-s", type=float, help="per uncached prompt token (default 0.00001)")
-    p.add_argument("--noncanonical-rate", type=float, default=0.05,
-                   help="share of model turns with one non-canonically tokenised word")
-    p.add_argument("--code-rate", type=float, default=0.35,
-                   help="share of enhance_reasoning expert turns with a ```python block (run by the python tool)")
-    p.add_argument("--no-code-variant", action=argparse.BooleanOptionalAction, default=True,
-                   help="full runs also run ToolOrchestra with --code-rate 0 (the orchestration alone, "
-                        "without the python tool's sandbox) for graphrl and careful")
-    p.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
-                   help="each cell in a fresh process (default: on, off with --quick)")
+    p.add_argument(
+        "--noncanonical-rate",
+        type=float,
+        default=0.05,
+        help="share of model turns with one non-canonically tokenised word",
+    )
+    p.add_argument(
+        "--code-rate",
+        type=float,
+        default=0.35,
+        help="share of enhance_reasoning expert turns with a ```python block (run by the python tool)",
+    )
+    p.add_argument(
+        "--no-code-variant",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="full runs also run ToolOrchestra with --code-rate 0 (the orchestration alone, "
+        "without the python tool's sandbox) for graphrl and careful",
+    )
+    p.add_argument(
+        "--isolate",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="each cell in a fresh process (default: on, off with --quick)",
+    )
     p.add_argument("--json", type=Path, help="write all results here")
     p.add_argument("--build-dir", type=Path, default=REPO / "build" / "bench")
     return p
@@ -77,10 +107,23 @@ class Server:
     """The simulated server process; `urls` once it listens."""
 
     def __init__(self, ns: argparse.Namespace):
-        cmd = [sys.executable, "-m", "benchmarks.sim.server", "--seed", str(ns.seed),
-               "--per-request-s", str(ns.per_request_s), "--per-output-token-s", str(ns.per_output_token_s),
-               "--per-prefill-token-s", str(ns.per_prefill_token_s), "--noncanonical-rate", str(ns.noncanonical_rate),
-               "--code-rate", str(ns.code_rate)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "benchmarks.sim.server",
+            "--seed",
+            str(ns.seed),
+            "--per-request-s",
+            str(ns.per_request_s),
+            "--per-output-token-s",
+            str(ns.per_output_token_s),
+            "--per-prefill-token-s",
+            str(ns.per_prefill_token_s),
+            "--noncanonical-rate",
+            str(ns.noncanonical_rate),
+            "--code-rate",
+            str(ns.code_rate),
+        ]
         self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         ready, _, _ = select.select([self.proc.stdout], [], [], 120)
         line = self.proc.stdout.readline() if ready else ""
@@ -106,13 +149,15 @@ def run_cell(spec: dict[str, Any], isolate: bool) -> dict[str, Any]:
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(spec, f)
     try:
-        done = subprocess.run([sys.executable, "-m", "benchmarks.client", f.name], cwd=REPO,
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            [sys.executable, "-m", "benchmarks.client", f.name], cwd=REPO, capture_output=True, text=True
+        )
     finally:
         os.unlink(f.name)
     if done.returncode != 0:
-        raise RuntimeError(f"cell {spec['workflow']}/{spec['system']}/c={spec['concurrency']} failed:\n"
-                           f"{done.stderr[-3000:]}")
+        raise RuntimeError(
+            f"cell {spec['workflow']}/{spec['system']}/c={spec['concurrency']} failed:\n{done.stderr[-3000:]}"
+        )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -121,10 +166,13 @@ def _note(text: str) -> None:
 
 
 def _progress(r: dict[str, Any]) -> None:
-    print(f"  {r['workflow']:<13} {r['system']:<8} c={r['concurrency']:<4} {r['rollouts']:>5} rollouts "
-          f"{r['wall_s']:7.2f} s  {r['cpu_ms_per_call']:6.2f} ms CPU/call "
-          f"({r['overhead_ms_per_call']:.2f} excl. tokenise)  mismatches {r['mismatch_tokens']}",
-          file=sys.stderr, flush=True)
+    print(
+        f"  {r['workflow']:<13} {r['system']:<8} c={r['concurrency']:<4} {r['rollouts']:>5} rollouts "
+        f"{r['wall_s']:7.2f} s  {r['cpu_ms_per_call']:6.2f} ms CPU/call "
+        f"({r['overhead_ms_per_call']:.2f} excl. tokenise)  mismatches {r['mismatch_tokens']}",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -152,45 +200,79 @@ def main(argv: list[str] | None = None) -> int:
     cells = _matrix(ns, preset, ns, ns.workflows, ns.systems, "", modules, base, repeats, isolate)
     if not ns.quick and ns.no_code_variant and "toolorchestra" in ns.workflows:
         no_code = argparse.Namespace(**{**vars(ns), "code_rate": 0.0})
-        cells += _matrix(ns, preset, no_code, ["toolorchestra"], [x for x in ns.systems if x != "text"], NO_CODE,
-                         modules, base, repeats, isolate)
+        cells += _matrix(
+            ns,
+            preset,
+            no_code,
+            ["toolorchestra"],
+            [x for x in ns.systems if x != "text"],
+            NO_CODE,
+            modules,
+            base,
+            repeats,
+            isolate,
+        )
     scale_rows = _scaling(ns, preset, scaling, base, build, isolate)
 
     merged = report.merge(cells)
-    out = [f"graphrl benchmarks -- {'quick' if ns.quick else 'full'} run, {time.strftime('%Y-%m-%d %H:%M')}, "
-           f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load average at start "
-           f"{load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}, at end {os.getloadavg()[0]:.2f}; "
-           f"{time.time() - t_start:.0f} s", "",
-           f"simulated model: {ns.per_request_s:g} s per request + {ns.per_output_token_s:g} s per output token + "
-           f"{ns.per_prefill_token_s:g} s per uncached prompt token; {ns.noncanonical_rate:.0%} of turns with a "
-           f"non-canonical token; {ns.code_rate:.0%} of reasoning turns run Python; {ns.n_samples} samples per prompt; "
-           f"{'each cell in its own process' if isolate else 'cells in one process'}; medians of {repeats} run(s)", ""]
+    out = [
+        f"graphrl benchmarks -- {'quick' if ns.quick else 'full'} run, {time.strftime('%Y-%m-%d %H:%M')}, "
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load average at start "
+        f"{load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}, at end {os.getloadavg()[0]:.2f}; "
+        f"{time.time() - t_start:.0f} s",
+        "",
+        f"simulated model: {ns.per_request_s:g} s per request + {ns.per_output_token_s:g} s per output token + "
+        f"{ns.per_prefill_token_s:g} s per uncached prompt token; {ns.noncanonical_rate:.0%} of turns with a "
+        f"non-canonical token; {ns.code_rate:.0%} of reasoning turns run Python; {ns.n_samples} samples per prompt; "
+        f"{'each cell in its own process' if isolate else 'cells in one process'}; medians of {repeats} run(s)",
+        "",
+    ]
     for wf in sorted({c["workflow"] for c in cells}, key=lambda w: (w.endswith(NO_CODE), w)):
-        out += [f"## {wf}", "", report.cell_table(merged, wf), "", "graphrl / careful:", "",
-                report.ratio_table(merged, wf), ""]
+        out += [
+            f"## {wf}",
+            "",
+            report.cell_table(merged, wf),
+            "",
+            "graphrl / careful:",
+            "",
+            report.ratio_table(merged, wf),
+            "",
+        ]
     if scale_rows:
-        out += ["## MemAgent scaling (chunk_tokens "
-                f"{ns.scaling_chunk_tokens}, {preset['scaling_rollouts']} rollouts per size, concurrency "
-                f"{preset['scaling_rollouts']}, a {SCALING_SPEEDUP:g}x faster simulated model)", "",
-                report.scaling_table(scale_rows), ""]
+        out += [
+            "## MemAgent scaling (chunk_tokens "
+            f"{ns.scaling_chunk_tokens}, {preset['scaling_rollouts']} rollouts per size, concurrency "
+            f"{preset['scaling_rollouts']}, a {SCALING_SPEEDUP:g}x faster simulated model)",
+            "",
+            report.scaling_table(scale_rows),
+            "",
+        ]
     out += ["## Targets", ""] + [f"- {v}" for v in report.verdicts(merged)]
     print("\n".join(out))
     if ns.json:
         ns.json.parent.mkdir(parents=True, exist_ok=True)
-        ns.json.write_text(json.dumps({"argv": argv if argv is not None else sys.argv[1:], "load_start": load,
-                                       "load_end": os.getloadavg(), "cells": cells, "scaling": scale_rows},
-                                      indent=1))
+        ns.json.write_text(
+            json.dumps(
+                {
+                    "argv": argv if argv is not None else sys.argv[1:],
+                    "load_start": load,
+                    "load_end": os.getloadavg(),
+                    "cells": cells,
+                    "scaling": scale_rows,
+                },
+                indent=1,
+            )
+        )
     return 0
 
 
-def _matrix(ns, preset, server_ns, workflows, systems, suffix, modules, base, repeats,
-            isolate) -> list[dict[str, Any]]:
+def _matrix(ns, preset, server_ns, workflows, systems, suffix, modules, base, repeats, isolate) -> list[dict[str, Any]]:
     """Every (workflow, concurrency, repeat, system) cell against one simulated server started with
     `server_ns`; results labelled workflow + `suffix`."""
     from graphrl.models.tokenizer import qwen_tokenizer
 
     build = ns.build_dir
-    rollouts = lambda c: ns.rollouts or preset["rollouts"].get(c, 4 * c)  # noqa: E731
+    rollouts = lambda c: ns.rollouts or preset["rollouts"].get(c, 4 * c)
     cells: list[dict[str, Any]] = []
     server = Server(server_ns)
     _note(f"simulated server ready (code rate {server_ns.code_rate:g})")
@@ -198,18 +280,42 @@ def _matrix(ns, preset, server_ns, workflows, systems, suffix, modules, base, re
         for wf in workflows:
             for c in ns.concurrency or preset["concurrency"]:
                 prompts = max(1, rollouts(c) // ns.n_samples)
-                path = build / "data" / (f"{wf}-{ns.seed}-{prompts}-" + "-".join(map(str, preset["memagent_chunks"]))
-                                         + f"-{preset['empty_every']}.jsonl")
+                path = (
+                    build
+                    / "data"
+                    / (
+                        f"{wf}-{ns.seed}-{prompts}-"
+                        + "-".join(map(str, preset["memagent_chunks"]))
+                        + f"-{preset['empty_every']}.jsonl"
+                    )
+                )
                 if not path.exists():
-                    rows = (data.memagent_rows(prompts, seed=ns.seed, chunk_tokens=5000, chunks=preset["memagent_chunks"],
-                                               tokenizer=qwen_tokenizer(), empty_every=preset["empty_every"])
-                            if wf == "memagent" else data.toolorchestra_rows(prompts, seed=ns.seed))
+                    rows = (
+                        data.memagent_rows(
+                            prompts,
+                            seed=ns.seed,
+                            chunk_tokens=5000,
+                            chunks=preset["memagent_chunks"],
+                            tokenizer=qwen_tokenizer(),
+                            empty_every=preset["empty_every"],
+                        )
+                        if wf == "memagent"
+                        else data.toolorchestra_rows(prompts, seed=ns.seed)
+                    )
                     data.write_jsonl(rows, path)
                 for rep in range(repeats):
-                    order = systems[rep % len(systems):] + systems[:rep % len(systems)]
+                    order = systems[rep % len(systems) :] + systems[: rep % len(systems)]
                     for system in order:
-                        spec = {**base, "urls": server.urls, "workflow": wf, "system": system, "concurrency": c,
-                                "data": str(path), "module": str(modules[wf]), "tags": {"repeat": rep}}
+                        spec = {
+                            **base,
+                            "urls": server.urls,
+                            "workflow": wf,
+                            "system": system,
+                            "concurrency": c,
+                            "data": str(path),
+                            "module": str(modules[wf]),
+                            "tags": {"repeat": rep},
+                        }
                         cell = run_cell(spec, isolate)
                         cell["workflow"] += suffix
                         cells.append(cell)
@@ -226,8 +332,15 @@ def _scaling(ns, preset, sizes, base, build, isolate) -> list[dict[str, Any]]:
         return []
     from graphrl.models.tokenizer import qwen_tokenizer
 
-    fast = argparse.Namespace(**{**vars(ns), **{k: getattr(ns, k) / SCALING_SPEEDUP for k in
-                                                ("per_request_s", "per_output_token_s", "per_prefill_token_s")}})
+    fast = argparse.Namespace(
+        **{
+            **vars(ns),
+            **{
+                k: getattr(ns, k) / SCALING_SPEEDUP
+                for k in ("per_request_s", "per_output_token_s", "per_prefill_token_s")
+            },
+        }
+    )
     k = ns.scaling_chunk_tokens
     module = graphs.compile_graph(graphs.memagent_yaml(build / "graphs", chunk_tokens=k), build / f"memagent_c{k}")
     rows_out = []
@@ -237,12 +350,26 @@ def _scaling(ns, preset, sizes, base, build, isolate) -> list[dict[str, Any]]:
         for size in sizes:
             path = build / "data" / f"scaling-{ns.seed}-{k}-{size}-{n}.jsonl"
             if not path.exists():
-                data.write_jsonl(data.memagent_rows(n, seed=ns.seed, chunk_tokens=k, chunks=(size, size),
-                                                    tokenizer=qwen_tokenizer()), path)
+                data.write_jsonl(
+                    data.memagent_rows(
+                        n, seed=ns.seed, chunk_tokens=k, chunks=(size, size), tokenizer=qwen_tokenizer()
+                    ),
+                    path,
+                )
             for system in [s for s in ns.systems if s in ("graphrl", "careful")]:
-                spec = {**base, "urls": server.urls, "n_samples": 1, "workflow": "memagent", "system": system,
-                        "concurrency": n, "data": str(path), "module": str(module), "chunk_tokens": k, "warmup": 1,
-                        "tags": {"chunks": size}}
+                spec = {
+                    **base,
+                    "urls": server.urls,
+                    "n_samples": 1,
+                    "workflow": "memagent",
+                    "system": system,
+                    "concurrency": n,
+                    "data": str(path),
+                    "module": str(module),
+                    "chunk_tokens": k,
+                    "warmup": 1,
+                    "tags": {"chunks": size},
+                }
                 rows_out.append(run_cell(spec, isolate))
                 _progress(rows_out[-1])
     finally:

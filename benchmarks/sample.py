@@ -34,14 +34,20 @@ class Sample:
     loss_mask: list | None = None
     rollout_log_probs: list | None = None
     reward: Any = None
-    status: "Sample.Status" = Status.PENDING
+    status: Sample.Status = Status.PENDING
     rollout_id: int | None = None
     remove_sample: bool = False
 
-    def sibling(self) -> "Sample":
+    def sibling(self) -> Sample:
         """A fresh sample of the same rollout (what a fan-out generate function returns)."""
-        return Sample(prompt=self.prompt, label=self.label, metadata=self.metadata, index=self.index,
-                      group_index=self.group_index, session_id=self.session_id)
+        return Sample(
+            prompt=self.prompt,
+            label=self.label,
+            metadata=self.metadata,
+            index=self.index,
+            group_index=self.group_index,
+            session_id=self.session_id,
+        )
 
 
 def samples_for(rows: list[dict], n_samples: int) -> list[Sample]:
@@ -49,9 +55,16 @@ def samples_for(rows: list[dict], n_samples: int) -> list[Sample]:
     for g, row in enumerate(rows):
         for k in range(n_samples):
             i = g * n_samples + k
-            out.append(Sample(prompt=row["prompt"], label=copy.deepcopy(row["label"]),
-                              metadata=dict(row.get("metadata") or {}), index=i, group_index=g,
-                              session_id=f"s{i:06d}"))
+            out.append(
+                Sample(
+                    prompt=row["prompt"],
+                    label=copy.deepcopy(row["label"]),
+                    metadata=dict(row.get("metadata") or {}),
+                    index=i,
+                    group_index=g,
+                    session_id=f"s{i:06d}",
+                )
+            )
     return out
 
 

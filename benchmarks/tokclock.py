@@ -88,7 +88,7 @@ def install(hf_checkpoint: str, *, graphrl: bool) -> TimedTokenizer:
     from .baselines import common
 
     timed = _load(hf_checkpoint)
-    loader = lambda path: timed  # noqa: E731
+    loader = lambda path: timed
     common.load_tokenizer = loader
     if graphrl:
         import graphrl.compilers.slime._tokenizer as graphrl_tok

@@ -26,6 +26,7 @@ from .spec.nodes import PlanNode
 
 PLAN_FORMAT = "graphrl.plan/2"  # /2: target sections under `targets` (was a fixed `slime` key)
 
+
 class TemplateFile(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     sha256: str
@@ -91,6 +92,8 @@ def load_plan(path: str | Path) -> Plan:
     except (ValueError, AttributeError):
         fmt = None
     if isinstance(fmt, str) and fmt.startswith("graphrl.plan/") and fmt != PLAN_FORMAT:
-        raise PlanFormatError(f"{path}: plan format {fmt}, this graphrl reads {PLAN_FORMAT}: "
-                              "recompile the graph (graphrl compile GRAPH -o DIR)")
+        raise PlanFormatError(
+            f"{path}: plan format {fmt}, this graphrl reads {PLAN_FORMAT}: "
+            "recompile the graph (graphrl compile GRAPH -o DIR)"
+        )
     return Plan.model_validate_json(text)

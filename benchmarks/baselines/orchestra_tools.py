@@ -19,7 +19,8 @@ import sys
 from typing import Any
 
 from . import common
-from .prompts import CONSULT, EXPERT, JUDGE, final_answer as final_prompt, reason, search_query
+from .prompts import CONSULT, EXPERT, JUDGE, reason, search_query
+from .prompts import final_answer as final_prompt
 
 _FENCE = re.compile(r"```[^\n`]*\n(.*?)```", re.S)
 
@@ -37,8 +38,9 @@ def _results(messages: list[dict]) -> list[str]:
 
 
 async def run_python(code: str, timeout: float = 30.0) -> str:
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-I", "-c", code, stdout=asyncio.subprocess.PIPE,
-                                                stderr=asyncio.subprocess.STDOUT)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-I", "-c", code, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    )
     try:
         out, _ = await asyncio.wait_for(proc.communicate(), timeout)
     except asyncio.TimeoutError:
@@ -54,32 +56,47 @@ async def retrieve(url: str, query: str, topk: int = 3) -> str:
     return "\n".join(f"Doc {i}: {d['contents'].strip()}" for i, d in enumerate(docs, 1)) or "No documents found."
 
 
-async def run_tool(args: Any, sample: Any, sampling_params: dict, name: str, model: str,
-                   messages: list[dict]) -> str:
+async def run_tool(args: Any, sample: Any, sampling_params: dict, name: str, model: str, messages: list[dict]) -> str:
     problem = sample.prompt
     if name == "search":
-        text = await expert(args, sample, sampling_params, model,
-                            [{"role": "user", "content": search_query(problem, _results(messages))}])
+        text = await expert(
+            args,
+            sample,
+            sampling_params,
+            model,
+            [{"role": "user", "content": search_query(problem, _results(messages))}],
+        )
         query = common.last_tag(common.after_think(text), "query")
         return await retrieve(args.retrieval_url, query if query is not None else problem)
     if name == "enhance_reasoning":
-        text = await expert(args, sample, sampling_params, model,
-                            [{"role": "user", "content": reason(problem, _results(messages))}])
+        text = await expert(
+            args, sample, sampling_params, model, [{"role": "user", "content": reason(problem, _results(messages))}]
+        )
         answer = common.after_think(text).strip()
         code = _FENCE.search(common.after_think(text))
         if code is None:
             return answer
         return f"{answer}\n\nOutput of the code:\n{await run_python(code.group(1))}"
     if name == "call_expert":
-        text = await expert(args, sample, sampling_params, model,
-                            [{"role": "system", "content": EXPERT}, *messages[1:], {"role": "user", "content": CONSULT}])
+        text = await expert(
+            args,
+            sample,
+            sampling_params,
+            model,
+            [{"role": "system", "content": EXPERT}, *messages[1:], {"role": "user", "content": CONSULT}],
+        )
         return common.after_think(text).strip()
     raise ValueError(name)
 
 
 async def final_answer(args: Any, sample: Any, sampling_params: dict, model: str, messages: list[dict]) -> str:
-    text = await expert(args, sample, sampling_params, model,
-                        [{"role": "user", "content": final_prompt(sample.prompt, _results(messages))}])
+    text = await expert(
+        args,
+        sample,
+        sampling_params,
+        model,
+        [{"role": "user", "content": final_prompt(sample.prompt, _results(messages))}],
+    )
     text = common.after_think(text)
     pred = common.last_tag(text, "answer")
     if pred is None:
@@ -102,12 +119,14 @@ async def correctness(args: Any, sample: Any, sampling_params: dict, prediction:
     if score or not prediction.strip():
         return score
     tok = common.tokenizer(args)
-    prompt = JUDGE.format(question=sample.prompt, prediction=prediction.strip(),
-                          label=" | ".join(common.golds(sample.label)))
+    prompt = JUDGE.format(
+        question=sample.prompt, prediction=prediction.strip(), label=" | ".join(common.golds(sample.label))
+    )
     text = tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)
     ids = tok.encode(text, add_special_tokens=False)
-    out = await common.generate(common.model_url(args, JUDGE_MODEL), ids, {**sampling_params, "temperature": 0.0},
-                                512, sample.session_id)
+    out = await common.generate(
+        common.model_url(args, JUDGE_MODEL), ids, {**sampling_params, "temperature": 0.0}, 512, sample.session_id
+    )
     found = re.findall(r'"?correct"?\s*:\s*"?(true|false)', out["text"], re.I)
     return float(bool(found) and found[-1].lower() == "true")
 

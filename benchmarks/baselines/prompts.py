@@ -6,7 +6,7 @@ so the baselines send the graph's requests; tests/benchmarks checks that they st
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 MEMORIZE = """You are reading a long document one section at a time in order to answer a question later. You
 cannot see earlier sections again: your memory is the only record of what you have read.
@@ -71,27 +71,35 @@ def _gathered(results: Iterable[str], none: str) -> str:
 
 
 def search_query(problem: str, results: list[str]) -> str:
-    return ("A question is being researched with a document search engine.\n\nQuestion:\n"
-            f"{problem}\n\nFound so far:\n{_gathered(results, '(nothing yet)')}\n"
-            "Write one search query that is likely to find the information still missing. Reply with the\n"
-            "query only, inside <query></query> tags.\n")
+    return (
+        "A question is being researched with a document search engine.\n\nQuestion:\n"
+        f"{problem}\n\nFound so far:\n{_gathered(results, '(nothing yet)')}\n"
+        "Write one search query that is likely to find the information still missing. Reply with the\n"
+        "query only, inside <query></query> tags.\n"
+    )
 
 
 def reason(problem: str, results: list[str]) -> str:
-    return ("Work on the question below, using the information gathered so far.\n\nQuestion:\n"
-            f"{problem}\n\nInformation gathered:\n{_gathered(results, '(none)')}\n"
-            "Reason carefully and concisely. If a calculation or a check would help, include one Python program\n"
-            "in a ```python code block that prints its results; it will be run and its output reported.\n")
+    return (
+        "Work on the question below, using the information gathered so far.\n\nQuestion:\n"
+        f"{problem}\n\nInformation gathered:\n{_gathered(results, '(none)')}\n"
+        "Reason carefully and concisely. If a calculation or a check would help, include one Python program\n"
+        "in a ```python code block that prints its results; it will be run and its output reported.\n"
+    )
 
 
 def final_answer(problem: str, results: list[str]) -> str:
-    return ("Give the final answer to the question below, based on the information gathered.\n\nQuestion:\n"
-            f"{problem}\n\nInformation gathered:\n{_gathered(results, '(none)')}\n"
-            "Think it through, then write only the final answer, as short as possible, between <answer> and\n"
-            "</answer>.\n")
+    return (
+        "Give the final answer to the question below, based on the information gathered.\n\nQuestion:\n"
+        f"{problem}\n\nInformation gathered:\n{_gathered(results, '(none)')}\n"
+        "Think it through, then write only the final answer, as short as possible, between <answer> and\n"
+        "</answer>.\n"
+    )
 
 
-JUDGE = ("Is the predicted answer correct, given the reference answer(s)? Minor wording differences are fine; "
-         "a different entity, number or date is not.\n"
-         "Question: {question}\nPredicted answer: {prediction}\nReference answer(s): {label}\n"
-         'Reply with JSON only: {{"correct": true}} or {{"correct": false}}.')
+JUDGE = (
+    "Is the predicted answer correct, given the reference answer(s)? Minor wording differences are fine; "
+    "a different entity, number or date is not.\n"
+    "Question: {question}\nPredicted answer: {prediction}\nReference answer(s): {label}\n"
+    'Reply with JSON only: {{"correct": true}} or {{"correct": false}}.'
+)

@@ -21,23 +21,30 @@ TOOLS = ("search", "enhance_reasoning", "call_expert", "answer")
 
 def opening(sample: Any) -> list[dict]:
     mapping = sample.metadata["model_mapping"]
-    return [{"role": "system", "content": ORCHESTRATOR.format(aliases=", ".join(mapping))},
-            {"role": "user", "content": sample.prompt}]
+    return [
+        {"role": "system", "content": ORCHESTRATOR.format(aliases=", ".join(mapping))},
+        {"role": "user", "content": sample.prompt},
+    ]
 
 
 def observation_text(result: str, closed: bool) -> str:
     """The ChatML between an assistant turn and the next generation: close the turn (unless the
     engine's stop token already did), the tool result as a user turn, the generation prompt."""
-    return (("\n" if closed else "<|im_end|>\n") + "<|im_start|>user\n<tool_response>\n" + result
-            + "\n</tool_response><|im_end|>\n<|im_start|>assistant\n")
+    return (
+        ("\n" if closed else "<|im_end|>\n")
+        + "<|im_start|>user\n<tool_response>\n"
+        + result
+        + "\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    )
 
 
 async def generate(args: Any, sample: Any, sampling_params: dict) -> Any:
     tok = common.tokenizer(args)
     mapping = sample.metadata["model_mapping"]
     messages = opening(sample)
-    prompt_text = tok.apply_chat_template(messages, tools=sample.metadata["tools"], tokenize=False,
-                                          add_generation_prompt=True)
+    prompt_text = tok.apply_chat_template(
+        messages, tools=sample.metadata["tools"], tokenize=False, add_generation_prompt=True
+    )
     prompt_ids = tok.encode(prompt_text, add_special_tokens=False)
     ids, response, mask, logprobs = list(prompt_ids), [], [], []
     pending: str | None = None

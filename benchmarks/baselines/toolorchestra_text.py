@@ -19,8 +19,9 @@ async def generate(args: Any, sample: Any, sampling_params: dict) -> Any:
     tok = common.tokenizer(args)
     mapping = sample.metadata["model_mapping"]
     messages = opening(sample)
-    prompt_text = tok.apply_chat_template(messages, tools=sample.metadata["tools"], tokenize=False,
-                                          add_generation_prompt=True)
+    prompt_text = tok.apply_chat_template(
+        messages, tools=sample.metadata["tools"], tokenize=False, add_generation_prompt=True
+    )
     prompt_ids = tok.encode(prompt_text, add_special_tokens=False)
     response_text, response, mask, logprobs = "", [], [], []
     prediction, last = "", "stop"

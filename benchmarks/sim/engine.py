@@ -17,8 +17,9 @@ for the audit; `reset()` empties the log, the per-session call counters and the 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from graphrl.engines.base import FinishReason, Generation
 from graphrl.engines.prefix_tracker import PrefixTracker
@@ -41,8 +42,7 @@ class SimEngine:
 
     reports_cached_tokens = True  # the server takes cached_tokens from us
 
-    def __init__(self, role: str, writer: TurnWriter, latency: Latency, *,
-                 prefix_capacity_tokens: int = 4_000_000):
+    def __init__(self, role: str, writer: TurnWriter, latency: Latency, *, prefix_capacity_tokens: int = 4_000_000):
         self.role = role
         self.writer = writer
         self.latency = latency
@@ -55,21 +55,23 @@ class SimEngine:
         self._calls.clear()
         self.log.clear()
 
-    async def generate(self, input_ids: Sequence[int], sampling_params: Mapping[str, Any], *,
-                       session_id: str | None = None) -> Generation:
+    async def generate(
+        self, input_ids: Sequence[int], sampling_params: Mapping[str, Any], *, session_id: str | None = None
+    ) -> Generation:
         session = session_id or f"anon-{digest(input_ids)}"  # no session: the prompt is the key
         call = self._calls.get(session, 0) if session_id else 0
         self._calls[session] = call + 1
         n = len(input_ids)
         cached = min(self.prefix.match(input_ids), max(n - 1, 0))
         self.prefix.insert(input_ids)
-        turn = self.writer.write(self.role, session, call, input_ids,
-                                 int(sampling_params.get("max_new_tokens") or 1024))
+        turn = self.writer.write(
+            self.role, session, call, input_ids, int(sampling_params.get("max_new_tokens") or 1024)
+        )
         await asyncio.sleep(self.latency.of(n - cached, len(turn.ids)))
         self.prefix.insert(list(input_ids) + list(turn.ids))
         self.log.setdefault(session, []).append(
-            [turn.kind, list(turn.ids), list(turn.logprobs), turn.finish["type"], n, cached, digest(input_ids)])
+            [turn.kind, list(turn.ids), list(turn.logprobs), turn.finish["type"], n, cached, digest(input_ids)]
+        )
         f = turn.finish
         finish = FinishReason(f["type"], matched=f.get("matched", f.get("length")))
-        return Generation(turn.ids, turn.logprobs, finish, text=turn.text, prompt_tokens=n,
-                          cached_tokens=cached)
+        return Generation(turn.ids, turn.logprobs, finish, text=turn.text, prompt_tokens=n, cached_tokens=cached)

@@ -49,16 +49,22 @@ def _retrieve_handler(seed: int, delay_s: float):
         query = (body.get("queries") or [""])[0]
         topk = int(body.get("topk", 3))
         rng = seeded(seed, "retrieve", query)
-        docs = [{"id": str(rng.randrange(10**6)),
-                 "contents": f'"{sentence(rng).split(" near ")[-1].rstrip(".")}"\n{sentence(rng)} {sentence(rng)}'}
-                for _ in range(topk)]
+        docs = [
+            {
+                "id": str(rng.randrange(10**6)),
+                "contents": f'"{sentence(rng).split(" near ")[-1].rstrip(".")}"\n{sentence(rng)} {sentence(rng)}',
+            }
+            for _ in range(topk)
+        ]
         await asyncio.sleep(delay_s)
         return _json({"result": [docs]})
+
     return retrieve
 
 
-def build_apps(tokenizer, *, seed: int, latency: Latency, shape: Shape, retrieve_s: float,
-               prefix_capacity_tokens: int) -> dict[str, web.Application]:
+def build_apps(
+    tokenizer, *, seed: int, latency: Latency, shape: Shape, retrieve_s: float, prefix_capacity_tokens: int
+) -> dict[str, web.Application]:
     writer = TurnWriter(tokenizer, seed, shape)
     apps = {}
     for role in ("policy", "expert"):
@@ -78,8 +84,14 @@ async def _main(ns: argparse.Namespace) -> None:
 
     latency = Latency(ns.per_request_s, ns.per_output_token_s, ns.per_prefill_token_s)
     shape = Shape(noncanonical_rate=ns.noncanonical_rate, code_rate=ns.code_rate)
-    apps = build_apps(qwen_tokenizer(), seed=ns.seed, latency=latency, shape=shape,
-                      retrieve_s=ns.retrieve_s, prefix_capacity_tokens=ns.prefix_capacity_tokens)
+    apps = build_apps(
+        qwen_tokenizer(),
+        seed=ns.seed,
+        latency=latency,
+        shape=shape,
+        retrieve_s=ns.retrieve_s,
+        prefix_capacity_tokens=ns.prefix_capacity_tokens,
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -13,33 +13,108 @@ from __future__ import annotations
 import random
 import zlib
 
-NAMES = ("Aldermoor", "Brisvale", "Calderon", "Dunmere", "Elsworth", "Farrowgate", "Glenhaven",
-         "Harrowby", "Ivanhoe Quay", "Jarrow", "Kestrel Point", "Larkspur", "Merriton", "Northwick",
-         "Oakhurst", "Pemberly", "Quillon", "Ravensholt", "Stonebridge", "Thornbury", "Umberton",
-         "Valemont", "Westmarch", "Yarrowdale")
-SUBJECTS = ("the harbour master", "a river merchant", "the city council", "an old surveyor",
-            "the guild of clockmakers", "a travelling physician", "the northern garrison",
-            "the cathedral chapter", "a shipwright", "the toll collector", "the archivist",
-            "a salt trader", "the mill owners", "the bridge wardens")
-VERBS = ("recorded", "rebuilt", "sold", "inspected", "mapped", "taxed", "defended", "abandoned",
-         "restored", "described", "visited", "measured", "founded", "renamed")
-OBJECTS = ("the east granary", "a stone bridge", "the lower quay", "two windmills", "the toll road",
-           "the chapel roof", "a ferry crossing", "the market hall", "the canal locks",
-           "a lighthouse", "the wool exchange", "the old ramparts", "the town well")
+NAMES = (
+    "Aldermoor",
+    "Brisvale",
+    "Calderon",
+    "Dunmere",
+    "Elsworth",
+    "Farrowgate",
+    "Glenhaven",
+    "Harrowby",
+    "Ivanhoe Quay",
+    "Jarrow",
+    "Kestrel Point",
+    "Larkspur",
+    "Merriton",
+    "Northwick",
+    "Oakhurst",
+    "Pemberly",
+    "Quillon",
+    "Ravensholt",
+    "Stonebridge",
+    "Thornbury",
+    "Umberton",
+    "Valemont",
+    "Westmarch",
+    "Yarrowdale",
+)
+SUBJECTS = (
+    "the harbour master",
+    "a river merchant",
+    "the city council",
+    "an old surveyor",
+    "the guild of clockmakers",
+    "a travelling physician",
+    "the northern garrison",
+    "the cathedral chapter",
+    "a shipwright",
+    "the toll collector",
+    "the archivist",
+    "a salt trader",
+    "the mill owners",
+    "the bridge wardens",
+)
+VERBS = (
+    "recorded",
+    "rebuilt",
+    "sold",
+    "inspected",
+    "mapped",
+    "taxed",
+    "defended",
+    "abandoned",
+    "restored",
+    "described",
+    "visited",
+    "measured",
+    "founded",
+    "renamed",
+)
+OBJECTS = (
+    "the east granary",
+    "a stone bridge",
+    "the lower quay",
+    "two windmills",
+    "the toll road",
+    "the chapel roof",
+    "a ferry crossing",
+    "the market hall",
+    "the canal locks",
+    "a lighthouse",
+    "the wool exchange",
+    "the old ramparts",
+    "the town well",
+)
 PLACES = NAMES
-KEYS = ("birthplace of the cartographer", "town where the treaty was signed", "seat of the salt guild",
-        "home port of the Swift Heron", "village that built the first lock", "town of the great fire",
-        "place where the bells were cast", "origin of the river charter")
-REASONS = ("The question asks for a single place name.", "I should check the gathered documents first.",
-           "Two of the sources agree on the date.", "The earlier note is consistent with this record.",
-           "This needs a lookup before answering.", "The ledger entry settles the question.",
-           "An expert can verify the chain of facts.", "The documents mention the guild twice.")
+KEYS = (
+    "birthplace of the cartographer",
+    "town where the treaty was signed",
+    "seat of the salt guild",
+    "home port of the Swift Heron",
+    "village that built the first lock",
+    "town of the great fire",
+    "place where the bells were cast",
+    "origin of the river charter",
+)
+REASONS = (
+    "The question asks for a single place name.",
+    "I should check the gathered documents first.",
+    "Two of the sources agree on the date.",
+    "The earlier note is consistent with this record.",
+    "This needs a lookup before answering.",
+    "The ledger entry settles the question.",
+    "An expert can verify the chain of facts.",
+    "The documents mention the guild twice.",
+)
 
 
 def sentence(rng: random.Random) -> str:
     """One declarative sentence (about 14-22 tokens)."""
-    return (f"In {rng.randint(1500, 1899)}, {rng.choice(SUBJECTS)} {rng.choice(VERBS)} "
-            f"{rng.choice(OBJECTS)} near {rng.choice(PLACES)}.")
+    return (
+        f"In {rng.randint(1500, 1899)}, {rng.choice(SUBJECTS)} {rng.choice(VERBS)} "
+        f"{rng.choice(OBJECTS)} near {rng.choice(PLACES)}."
+    )
 
 
 def gold_answer(question: str) -> str:
@@ -68,6 +143,10 @@ def seeded(*parts: object) -> random.Random:
 
 
 ALIASES = ("expert-1", "expert-2", "expert-3")  # the expert aliases every ToolOrchestra row maps
-EXPERT_MODELS = ("Qwen/Qwen3-32B", "Qwen/Qwen2.5-Coder-32B-Instruct", "Qwen/Qwen2.5-Math-72B-Instruct",
-                 "Qwen/Qwen3-14B")  # the frozen models graphs/toolorchestra.yaml declares
+EXPERT_MODELS = (
+    "Qwen/Qwen3-32B",
+    "Qwen/Qwen2.5-Coder-32B-Instruct",
+    "Qwen/Qwen2.5-Math-72B-Instruct",
+    "Qwen/Qwen3-14B",
+)  # the frozen models graphs/toolorchestra.yaml declares
 TOOLS = ("search", "enhance_reasoning", "call_expert", "answer")

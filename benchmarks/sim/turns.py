@@ -32,8 +32,9 @@ import random
 import re
 import zlib
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from .text import ALIASES, REASONS, gold_answer, seeded, sentence, wrong_answer
 
@@ -109,8 +110,13 @@ class TurnWriter:
             if "\\boxed{1987}" in tail:
                 return "answer"
             return "orchestrate"
-        for marker, kind in (("<query></query>", "query"), ("output reported", "reason"),
-                             ("answer clearly", "consult"), ("</answer>", "final"), ("JSON only", "judge")):
+        for marker, kind in (
+            ("<query></query>", "query"),
+            ("output reported", "reason"),
+            ("answer clearly", "consult"),
+            ("</answer>", "final"),
+            ("JSON only", "judge"),
+        ):
             if marker in tail:
                 return kind
         return "other"
@@ -118,7 +124,11 @@ class TurnWriter:
     def write(self, role: str, session: str, call: int, prompt: Sequence[int], max_new: int) -> Turn:
         kind = self.classify(role, prompt)
         # a judge's verdict is a function of what it is shown (some graders send no session id)
-        rng = seeded(self.seed, "judge", digest(prompt)) if kind == "judge" else seeded(self.seed, role, session, call, kind)
+        rng = (
+            seeded(self.seed, "judge", digest(prompt))
+            if kind == "judge"
+            else seeded(self.seed, role, session, call, kind)
+        )
         key = getattr(self, "_" + kind)(rng, session, call, prompt)
         cached = self._cache.get(key)
         if cached is None:
@@ -153,7 +163,7 @@ class TurnWriter:
             return f"<think>\n{think}\n</think>\n\n<tool_call>\n{choice[0]}\n</tool_call>"
         if kind == "query":
             words = sentence(rng).rstrip(".").split()[1:]
-            return f"<think>\n{rng.choice(REASONS)}\n</think>\n<query>{' '.join(words[:_length(rng, shape.query)])}</query>"
+            return f"<think>\n{rng.choice(REASONS)}\n</think>\n<query>{' '.join(words[: _length(rng, shape.query)])}</query>"
         if kind == "reason":
             text = f"<think>\n{rng.choice(REASONS)}\n</think>\n{_filler(rng, _length(rng, shape.reason))}"
             if choice[0]:
@@ -167,7 +177,7 @@ class TurnWriter:
                 return f"{rng.choice(REASONS)} So the answer is \\boxed{{{ans}}}."
             return f"<think>\n{rng.choice(REASONS)}\n</think>\n<answer>{ans}</answer>"
         if kind == "judge":
-            return f"{rng.choice(REASONS)}\n{{\"correct\": {choice[0]}}}"
+            return f'{rng.choice(REASONS)}\n{{"correct": {choice[0]}}}'
         return _filler(rng, 40)
 
     def _question(self, prompt: Sequence[int], pattern: str) -> str:
@@ -186,7 +196,7 @@ class TurnWriter:
             cut = rng.randrange(1, len(piece))
             a, b = self._vocab.get(piece[:cut]), self._vocab.get(piece[cut:])
             if a is not None and b is not None:
-                return ids[:i] + [a, b] + ids[i + 1:]
+                return ids[:i] + [a, b] + ids[i + 1 :]
         return ids
 
     # -- turns: each returns the key of its output variant (rng: this call's choices) -------------

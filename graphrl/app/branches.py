@@ -25,8 +25,10 @@ def targets(node: Any) -> list[str]:
     else:
         nxt = getattr(node, "next", None)
         out += [b.goto for b in nxt] if nxt else [END]
-    for extra in (getattr(node, "on_limit", None) if (node.max_visits or node.token_budget) else None,
-                  getattr(node, "on_error", None)):
+    for extra in (
+        getattr(node, "on_limit", None) if (node.max_visits or node.token_budget) else None,
+        getattr(node, "on_error", None),
+    ):
         if extra:
             out.append(extra)
     return list(dict.fromkeys(out))

@@ -27,10 +27,11 @@ import contextlib
 import os
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..compilers.checks import check_file
 from ..compilers.lower import lower
@@ -62,8 +63,9 @@ DEMO_RUNS = (  # the longest first, so that two at a time finish together
 )
 
 
-def compile_all(graphs_dir: Path, out_dir: Path, echo: Callable[[str], None],
-                echo_err: Callable[[str], None] | None = None) -> tuple[dict[str, Any], list]:
+def compile_all(
+    graphs_dir: Path, out_dir: Path, echo: Callable[[str], None], echo_err: Callable[[str], None] | None = None
+) -> tuple[dict[str, Any], list]:
     """Check every graph; compile the valid ones to OUT/<name>/. Returns (plans by name, diagnostics).
 
     Each file's check report (diagnostics, then its status line) is printed before its compile line,
@@ -84,9 +86,11 @@ def compile_all(graphs_dir: Path, out_dir: Path, echo: Callable[[str], None],
         kinds: dict[str, int] = {}
         for n in plan.nodes.values():
             kinds[n.kind] = kinds.get(n.kind, 0) + 1
-        echo(f"{f}: {len(plan.nodes)} nodes ({', '.join(f'{v} {k}' for k, v in kinds.items())}), "
-             f"trained: {', '.join(plan.training.trained_nodes) or '-'}, "
-             f"fan-out: {'yes' if plan.training.fanout else 'no'} -> {target}/")
+        echo(
+            f"{f}: {len(plan.nodes)} nodes ({', '.join(f'{v} {k}' for k, v in kinds.items())}), "
+            f"trained: {', '.join(plan.training.trained_nodes) or '-'}, "
+            f"fan-out: {'yes' if plan.training.fanout else 'no'} -> {target}/"
+        )
     return plans, results
 
 
@@ -109,9 +113,19 @@ def _data(run: DemoRun, data_dir: Path, out_dir: Path) -> Path:
     return data_dir / run.data
 
 
-def run_demo(*, graphs_dir: str, data_dir: str, out_dir: str, model: str, max_tokens_cap: int,
-             only: tuple[str, ...] = (), run: bool = True, jobs: int | None = None,
-             echo: Callable[[str], None] = print, echo_err: Callable[[str], None] | None = None) -> int:
+def run_demo(
+    *,
+    graphs_dir: str,
+    data_dir: str,
+    out_dir: str,
+    model: str,
+    max_tokens_cap: int,
+    only: tuple[str, ...] = (),
+    run: bool = True,
+    jobs: int | None = None,
+    echo: Callable[[str], None] = print,
+    echo_err: Callable[[str], None] | None = None,
+) -> int:
     """The whole job; returns the exit code (0, or 3 when a graph has errors).
 
     The runs go `jobs` at a time, each in its own thread with its own event loop and embedded model
@@ -153,10 +167,23 @@ def _run_one(r: DemoRun, plan: Any, data: Path, out: Path, model: str, max_token
     traj.unlink(missing_ok=True)
     with _service(r, data) as metadata:
         where = f" (retrieval service {metadata['retrieval_url']})" if metadata else ""
-        header = (f"\n== graphrl run {r.graph}: {r.limit} row(s) of {path} x {r.n_samples} sample(s), "
-                  f"engine local, model {model}, max new tokens {max_tokens_cap}{where} ==")
-        summary = run_plan(plan, path, traj, model=model, n_samples=r.n_samples, limit=r.limit, concurrency=4,
-                           seed=0, max_tokens_cap=max_tokens_cap, metadata=metadata, progress=False)
+        header = (
+            f"\n== graphrl run {r.graph}: {r.limit} row(s) of {path} x {r.n_samples} sample(s), "
+            f"engine local, model {model}, max new tokens {max_tokens_cap}{where} =="
+        )
+        summary = run_plan(
+            plan,
+            path,
+            traj,
+            model=model,
+            n_samples=r.n_samples,
+            limit=r.limit,
+            concurrency=4,
+            seed=0,
+            max_tokens_cap=max_tokens_cap,
+            metadata=metadata,
+            progress=False,
+        )
     branches = branch_report(plan, getattr(summary, "transitions", {}), getattr(summary, "visits", {}))
     return f"{header}\n{summary.table()}\n{branches}\ntrajectories: {traj}", summary
 

@@ -11,7 +11,8 @@ declared `url:` or an override — a frozen model with neither is an error, neve
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ..engines.local import LocalEngine
 from ..engines.sglang import SGLangEngine
@@ -37,20 +38,31 @@ def load_local_engine(model: str, tokenizer: str | None = None, device: str | No
     return LocalEngine(hf_model, hf_tok, device=None if device == "auto" else device), hf_tok
 
 
-def build_endpoints(plan: Plan, *, engine: str, model: str | None = None, url: str | None = None,
-                    tokenizer: str | None = None, endpoints: Mapping[str, str] | None = None,
-                    device: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> StaticEndpoints:
+def build_endpoints(
+    plan: Plan,
+    *,
+    engine: str,
+    model: str | None = None,
+    url: str | None = None,
+    tokenizer: str | None = None,
+    endpoints: Mapping[str, str] | None = None,
+    device: str | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> StaticEndpoints:
     overrides = dict(endpoints or {})
     unknown = sorted(set(overrides) - set(plan.models))
     if unknown:
-        raise WiringError(f"--endpoint names unknown model(s) {', '.join(unknown)}; the graph declares "
-                          f"{', '.join(sorted(plan.models))}")
+        raise WiringError(
+            f"--endpoint names unknown model(s) {', '.join(unknown)}; the graph declares "
+            f"{', '.join(sorted(plan.models))}"
+        )
     engines: dict[str, Any] = {}
     if engine == "local":
         local, hf_tok = load_local_engine(model or "smollm2", device=device)
         for name, decl in plan.models.items():
-            engines[name] = (SGLangEngine(overrides[name], timeout_s=decl.timeout_s or timeout_s) if name in overrides
-                             else local)
+            engines[name] = (
+                SGLangEngine(overrides[name], timeout_s=decl.timeout_s or timeout_s) if name in overrides else local
+            )
         return endpoints_for_plan(plan, engines, ChatRenderer(hf_tok))
     if engine != "sglang":
         raise WiringError(f"unknown engine {engine!r}: use local or sglang")
@@ -59,7 +71,9 @@ def build_endpoints(plan: Plan, *, engine: str, model: str | None = None, url: s
     for name, decl in plan.models.items():
         target = overrides.get(name) or (url if name == POLICY else decl.url)
         if target is None:
-            raise WiringError(f"model '{name}' has no URL: give --endpoint {name}=http://HOST:PORT"
-                              + (" (or --url for the policy)" if name == POLICY else ""))
+            raise WiringError(
+                f"model '{name}' has no URL: give --endpoint {name}=http://HOST:PORT"
+                + (" (or --url for the policy)" if name == POLICY else "")
+            )
         engines[name] = SGLangEngine(target, timeout_s=decl.timeout_s or timeout_s)
     return endpoints_for_plan(plan, engines, renderer)

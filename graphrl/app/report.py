@@ -9,7 +9,7 @@ per file).
 from __future__ import annotations
 
 import json
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from ..errors import EXIT_INVALID, EXIT_OK
 from ..spec.diagnostics import Diagnostic, SourceCache, has_errors
@@ -20,9 +20,18 @@ Echo = Callable[[str], None]
 def report(results: Sequence[tuple[str, Sequence[Diagnostic]]], as_json: bool, *, out: Echo, err: Echo) -> int:
     failed = any(has_errors(d) for _, d in results)
     if as_json:
-        out(json.dumps({"ok": not failed, "files": [
-            {"file": f, "ok": not has_errors(d), "diagnostics": [x.to_json() for x in d]} for f, d in results
-        ]}, indent=2))
+        out(
+            json.dumps(
+                {
+                    "ok": not failed,
+                    "files": [
+                        {"file": f, "ok": not has_errors(d), "diagnostics": [x.to_json() for x in d]}
+                        for f, d in results
+                    ],
+                },
+                indent=2,
+            )
+        )
     else:
         sources = SourceCache()
         for f, diags in results:
@@ -31,6 +40,5 @@ def report(results: Sequence[tuple[str, Sequence[Diagnostic]]], as_json: bool, *
             errors = sum(d.severity == "error" for d in diags)
             warnings = len(diags) - errors
             status = "ok" if not errors else "FAILED"
-            err(f"{f}: {status} ({errors} error{'s' * (errors != 1)}, "
-                f"{warnings} warning{'s' * (warnings != 1)})")
+            err(f"{f}: {status} ({errors} error{'s' * (errors != 1)}, {warnings} warning{'s' * (warnings != 1)})")
     return EXIT_INVALID if failed else EXIT_OK

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..data.jsonl import MAX_LINE_BYTES
 from ..errors import UsageProblem
@@ -28,13 +29,30 @@ from ..tools.registry import ToolBox
 from .endpoints import DEFAULT_TIMEOUT_S, build_endpoints
 
 
-def run_plan(plan: Plan, data: str | Path, out_path: str | Path, *, engine: str = "local", model: str = "smollm2",
-             url: str | None = None, tokenizer: str | None = None, endpoints: dict[str, str] | None = None,
-             n_samples: int = 1, concurrency: int = 8, limit: int | None = None, seed: int = 0,
-             temperature: float = 1.0, device: str | None = None, progress: bool = True,
-             max_tokens_cap: int | None = None, metadata: dict[str, Any] | None = None,
-             warn: Callable[[str], None] | None = None, force: bool = False, max_row_bytes: int = MAX_LINE_BYTES,
-             engine_timeout_s: float = DEFAULT_TIMEOUT_S) -> RunSummary:
+def run_plan(
+    plan: Plan,
+    data: str | Path,
+    out_path: str | Path,
+    *,
+    engine: str = "local",
+    model: str = "smollm2",
+    url: str | None = None,
+    tokenizer: str | None = None,
+    endpoints: dict[str, str] | None = None,
+    n_samples: int = 1,
+    concurrency: int = 8,
+    limit: int | None = None,
+    seed: int = 0,
+    temperature: float = 1.0,
+    device: str | None = None,
+    progress: bool = True,
+    max_tokens_cap: int | None = None,
+    metadata: dict[str, Any] | None = None,
+    warn: Callable[[str], None] | None = None,
+    force: bool = False,
+    max_row_bytes: int = MAX_LINE_BYTES,
+    engine_timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> RunSummary:
     """Run a plan over a JSONL file; returns the RunSummary. Usage problems raise `UsageProblem`.
 
     The tokenizer: local engine -> the model's own (recorded as the model's name or directory);
@@ -48,34 +66,68 @@ def run_plan(plan: Plan, data: str | Path, out_path: str | Path, *, engine: str 
         rows, skipped = _with_metadata(rows, metadata)
         if skipped:
             shown = ", ".join(str(i + 1) for i in skipped[:10]) + (", ..." if len(skipped) > 10 else "")
-            (warn or print)(f"warning: --metadata not applied to {len(skipped)} row(s) of {data} whose metadata is not "
-                       f"a mapping (row {shown}); their rollouts see the row's own metadata")
+            (warn or print)(
+                f"warning: --metadata not applied to {len(skipped)} row(s) of {data} whose metadata is not "
+                f"a mapping (row {shown}); their rollouts see the row's own metadata"
+            )
     if max_tokens_cap:
         plan = cap_max_tokens(plan, max_tokens_cap)
     if engine == "sglang" and tokenizer is None:
         from .tokenizers import discover_tokenizer
 
         tokenizer = discover_tokenizer((endpoints or {}).get("policy") or url or "")
-    settings = run_settings(plan, data, engine=engine, model=model, url=url, tokenizer=tokenizer,
-                            n_samples=n_samples, seed=seed, temperature=temperature, max_tokens_cap=max_tokens_cap)
+    settings = run_settings(
+        plan,
+        data,
+        engine=engine,
+        model=model,
+        url=url,
+        tokenizer=tokenizer,
+        n_samples=n_samples,
+        seed=seed,
+        temperature=temperature,
+        max_tokens_cap=max_tokens_cap,
+    )
     if force:
         Path(out_path).unlink(missing_ok=True)
     else:
         check_resume(out_path, {"graph": plan.name, "plan_sha256": plan.source.get("sha256"), "run": settings})
-    eps = build_endpoints(plan, engine=engine, model=model, url=url, tokenizer=tokenizer,
-                          endpoints=endpoints or {}, device=device, timeout_s=engine_timeout_s)
+    eps = build_endpoints(
+        plan,
+        engine=engine,
+        model=model,
+        url=url,
+        tokenizer=tokenizer,
+        endpoints=endpoints or {},
+        device=device,
+        timeout_s=engine_timeout_s,
+    )
     search = [Path(plan.source.get("file", ".")).parent, Path(".")]
     judge_tokens = min(JUDGE_MAX_TOKENS, max_tokens_cap) if max_tokens_cap else JUDGE_MAX_TOKENS
-    executor = Executor(plan, eps, tools=ToolBox(search), rewards=RewardBox(search, judge_max_tokens=judge_tokens),
-                        sampling={"temperature": temperature, "top_p": 1.0, "top_k": -1})
+    executor = Executor(
+        plan,
+        eps,
+        tools=ToolBox(search),
+        rewards=RewardBox(search, judge_max_tokens=judge_tokens),
+        sampling={"temperature": temperature, "top_p": 1.0, "top_k": -1},
+    )
     decode = eps.renderer("policy").decode
     group_reward = group_reward_hook(plan, rows, search)
 
     async def main():
         try:
-            return await run_dataset(executor, rows, out_path, n_samples=n_samples, concurrency=concurrency,
-                                     seed=seed, decode=decode, group_reward=group_reward, progress=progress,
-                                     settings=settings)
+            return await run_dataset(
+                executor,
+                rows,
+                out_path,
+                n_samples=n_samples,
+                concurrency=concurrency,
+                seed=seed,
+                decode=decode,
+                group_reward=group_reward,
+                progress=progress,
+                settings=settings,
+            )
         finally:
             await executor.close()
             await eps.close()
@@ -83,8 +135,19 @@ def run_plan(plan: Plan, data: str | Path, out_path: str | Path, *, engine: str 
     return asyncio.run(main())
 
 
-def run_settings(plan: Plan, data: str | Path, *, engine: str, model: str, url: str | None, tokenizer: str | None,
-                 n_samples: int, seed: int, temperature: float, max_tokens_cap: int | None) -> dict[str, Any]:
+def run_settings(
+    plan: Plan,
+    data: str | Path,
+    *,
+    engine: str,
+    model: str,
+    url: str | None,
+    tokenizer: str | None,
+    n_samples: int,
+    seed: int,
+    temperature: float,
+    max_tokens_cap: int | None,
+) -> dict[str, Any]:
     """What a trajectory file records under "run" and what resuming it must match (URLs and
     --metadata are left out: servers move between runs; the data file counts by content)."""
     local = engine == "local"
@@ -95,8 +158,16 @@ def run_settings(plan: Plan, data: str | Path, *, engine: str, model: str, url: 
     if not local and tok not in MODEL_NAMES and tok not in TOKENIZER_ALIASES:
         tok = str(Path(tok).expanduser().resolve())
     digest = hashlib.sha256(Path(data).read_bytes()).hexdigest() if Path(data).is_file() else None
-    return {"engine": engine, "model": model_name, "tokenizer": tok, "n_samples": n_samples, "seed": seed,
-            "temperature": temperature, "max_tokens_cap": max_tokens_cap, "data_sha256": digest}
+    return {
+        "engine": engine,
+        "model": model_name,
+        "tokenizer": tok,
+        "n_samples": n_samples,
+        "seed": seed,
+        "temperature": temperature,
+        "max_tokens_cap": max_tokens_cap,
+        "data_sha256": digest,
+    }
 
 
 def failed_verdict(summary: RunSummary, max_failed: float | None = None) -> str | None:
@@ -128,6 +199,8 @@ def _with_metadata(rows: list[dict], extra: dict[str, object]) -> tuple[list[dic
 
 def cap_max_tokens(plan: Plan, cap: int) -> Plan:
     """The plan with every llm node's max_tokens clamped to `cap`."""
-    nodes = {nid: n.model_copy(update={"max_tokens": min(n.max_tokens or cap, cap)}) if isinstance(n, LLMNode) else n
-             for nid, n in plan.nodes.items()}
+    nodes = {
+        nid: n.model_copy(update={"max_tokens": min(n.max_tokens or cap, cap)}) if isinstance(n, LLMNode) else n
+        for nid, n in plan.nodes.items()
+    }
     return plan.model_copy(update={"nodes": nodes})

@@ -49,12 +49,16 @@ def discover_tokenizer(url: str, timeout_s: float = 10.0) -> str:
     try:
         info = asyncio.run(ask())
     except EngineError as exc:
-        raise UsageProblem(f"cannot ask {url} which tokenizer it uses ({exc}); give --tokenizer "
-                           f"({', '.join(TOKENIZER_ALIASES[:1] + MODEL_NAMES)} or a tokenizer directory)") from None
+        raise UsageProblem(
+            f"cannot ask {url} which tokenizer it uses ({exc}); give --tokenizer "
+            f"({', '.join(TOKENIZER_ALIASES[:1] + MODEL_NAMES)} or a tokenizer directory)"
+        ) from None
     for key in ("tokenizer_path", "model_path"):
         spec = tokenizer_for(str(info.get(key) or ""))
         if spec is not None:
             return spec
-    raise UsageProblem(f"{url} serves model_path={info.get('model_path')!r}, tokenizer_path="
-                       f"{info.get('tokenizer_path')!r}, which graphrl cannot load offline; give --tokenizer "
-                       f"({', '.join(TOKENIZER_ALIASES[:1] + MODEL_NAMES)} or a local tokenizer directory)")
+    raise UsageProblem(
+        f"{url} serves model_path={info.get('model_path')!r}, tokenizer_path="
+        f"{info.get('tokenizer_path')!r}, which graphrl cannot load offline; give --tokenizer "
+        f"({', '.join(TOKENIZER_ALIASES[:1] + MODEL_NAMES)} or a local tokenizer directory)"
+    )

@@ -23,8 +23,16 @@ import click
 from .. import __version__
 from ..errors import EXIT_BUG, EXIT_INVALID, EXIT_MISSING_DEP, EXIT_OK, EXIT_USAGE, GraphrlError, MissingDependency
 
-__all__ = ["COMMANDS", "EXIT_BUG", "EXIT_INVALID", "EXIT_MISSING_DEP", "EXIT_OK", "EXIT_USAGE",
-           "MissingDependency", "main"]
+__all__ = [
+    "COMMANDS",
+    "EXIT_BUG",
+    "EXIT_INVALID",
+    "EXIT_MISSING_DEP",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "MissingDependency",
+    "main",
+]
 
 # command name -> "module:attribute" of its click command, in the order `--help` lists them
 COMMANDS: dict[str, str] = {
@@ -48,8 +56,12 @@ def _unavailable(name: str, exc: BaseException) -> click.Command:
         click.echo(f"error: `graphrl {name}` is unavailable here: {type(exc).__name__}: {exc}", err=True)
         raise SystemExit(EXIT_MISSING_DEP)
 
-    return click.Command(name, callback=run, help=f"(unavailable: {exc})",
-                         context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+    return click.Command(
+        name,
+        callback=run,
+        help=f"(unavailable: {exc})",
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    )
 
 
 class GraphrlGroup(click.Group):
@@ -84,11 +96,14 @@ class GraphrlGroup(click.Group):
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             ctx.exit(130)
-        except Exception as exc:  # noqa: BLE001 - the last line of defence
+        except Exception as exc:
             if os.environ.get("GRAPHRL_DEBUG"):
                 raise
-            click.echo(f"internal error: {type(exc).__name__}: {exc}\n"
-                       "This is a bug in graphrl; rerun with GRAPHRL_DEBUG=1 for the traceback.", err=True)
+            click.echo(
+                f"internal error: {type(exc).__name__}: {exc}\n"
+                "This is a bug in graphrl; rerun with GRAPHRL_DEBUG=1 for the traceback.",
+                err=True,
+            )
             ctx.exit(EXIT_BUG)
 
 

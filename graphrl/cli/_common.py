@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Sequence
+from collections.abc import Sequence
 
 import click
 
@@ -16,8 +16,9 @@ def print_report(results: Sequence[tuple[str, Sequence[Diagnostic]]], as_json: b
     return report(results, as_json, out=click.echo, err=lambda s: click.echo(s, err=True))
 
 
-def key_values(values: Sequence[str], option: str, what: str = "KEY=VALUE", *, json_values: bool = False
-               ) -> dict[str, object]:
+def key_values(
+    values: Sequence[str], option: str, what: str = "KEY=VALUE", *, json_values: bool = False
+) -> dict[str, object]:
     """`("a=1", "b=x")` -> `{"a": 1, "b": "x"}` (values as JSON when `json_values` and they parse)."""
     out: dict[str, object] = {}
     for v in values:

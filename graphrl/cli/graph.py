@@ -35,11 +35,23 @@ def check(graphs: tuple[str, ...], as_json: bool) -> None:
 
 @click.command(name="compile")
 @click.argument("graph", type=click.Path(dir_okay=False))
-@click.option("-o", "--out", "out_dir", required=True, type=click.Path(file_okay=False),
-              help="Output directory (created if missing).")
+@click.option(
+    "-o",
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Output directory (created if missing).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print diagnostics as JSON on stdout.")
-@click.option("--target", "target_name", default="slime", show_default=True,
-              type=click.Choice([t.name for t in TARGETS]), help="The compile target.")
+@click.option(
+    "--target",
+    "target_name",
+    default="slime",
+    show_default=True,
+    type=click.Choice([t.name for t in TARGETS]),
+    help="The compile target.",
+)
 def compile_(graph: str, out_dir: str, as_json: bool, target_name: str) -> None:
     """Check a graph and compile it for a training framework (slime) into OUT.
 

@@ -29,10 +29,8 @@ from ..tools.retrieval_server import BM25Index, CorpusError, read_corpus
 from ..tools.retrieval_server import make_app as retrieval_app
 
 
-async def _serve(model: str, tokenizer: str | None, host: str, port: int, device: str,
-                 weight_version: str) -> None:
-    app = make_app(None, None, model_path=model, tokenizer_path=tokenizer,
-                   weight_version=weight_version)
+async def _serve(model: str, tokenizer: str | None, host: str, port: int, device: str, weight_version: str) -> None:
+    app = make_app(None, None, model_path=model, tokenizer_path=tokenizer, weight_version=weight_version)
     main = asyncio.current_task()
     with contextlib.suppress(NotImplementedError, RuntimeError, AttributeError):
         # SIGTERM stops like Ctrl-C: in-flight requests end as aborts, the engine is closed
@@ -41,9 +39,8 @@ async def _serve(model: str, tokenizer: str | None, host: str, port: int, device
         try:
             url = await stack.enter_async_context(serving(app, host, port))
         except OSError as exc:
-            raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
-        click.echo(f"graphrl serve: loading {model} (/health answers 503 until it is ready)",
-                   err=True)
+            raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        click.echo(f"graphrl serve: loading {model} (/health answers 503 until it is ready)", err=True)
         try:
             engine, tok = await asyncio.to_thread(load_local_engine, model, tokenizer, device)
         except UnknownModel as exc:
@@ -70,18 +67,26 @@ Examples:
     -d '{"text": "Hello", "sampling_params": {"max_new_tokens": 8}, "return_logprob": true}'
 """,
 )
-@click.option("--model", required=True, metavar="NAME|PATH",
-              help="Built-in model name (tiny, smollm2) or a Hugging Face model directory.")
-@click.option("--tokenizer", default=None, metavar="NAME|PATH",
-              help="Tokenizer to use instead of the model's own (e.g. qwen).")
+@click.option(
+    "--model",
+    required=True,
+    metavar="NAME|PATH",
+    help="Built-in model name (tiny, smollm2) or a Hugging Face model directory.",
+)
+@click.option(
+    "--tokenizer", default=None, metavar="NAME|PATH", help="Tokenizer to use instead of the model's own (e.g. qwen)."
+)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
-@click.option("--port", default=30000, show_default=True, type=click.IntRange(0, 65535),
-              help="TCP port (0: any free port; the URL is printed).")
+@click.option(
+    "--port",
+    default=30000,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="TCP port (0: any free port; the URL is printed).",
+)
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:1, ...")
-@click.option("--weight-version", default="default", show_default=True,
-              help="Reported as meta_info.weight_version.")
-def serve_command(model: str, tokenizer: str | None, host: str, port: int, device: str,
-                  weight_version: str) -> None:
+@click.option("--weight-version", default="default", show_default=True, help="Reported as meta_info.weight_version.")
+def serve_command(model: str, tokenizer: str | None, host: str, port: int, device: str, weight_version: str) -> None:
     """Serve a local model over SGLang's native HTTP API.
 
     Endpoints: POST /generate, POST /abort_request, GET /health, GET /get_model_info.
@@ -94,8 +99,12 @@ def serve_command(model: str, tokenizer: str | None, host: str, port: int, devic
 
 
 @click.command(name="serve-retrieval")
-@click.option("--corpus", required=True, type=click.Path(dir_okay=False, exists=True),
-              help="JSONL documents: contents (or text), optional title and id.")
+@click.option(
+    "--corpus",
+    required=True,
+    type=click.Path(dir_okay=False, exists=True),
+    help="JSONL documents: contents (or text), optional title and id.",
+)
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535), help="0: any free port.")
 def serve_retrieval_command(corpus: str, host: str, port: int) -> None:

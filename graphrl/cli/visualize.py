@@ -33,27 +33,53 @@ def _write(out: str, text: str) -> None:
 
 @click.command(name="visualize")
 @click.argument("input_path", metavar="INPUT", type=click.Path(exists=True, dir_okay=False))
-@click.option("-o", "--out", type=click.Path(dir_okay=False),
-              help="Output file; its extension picks the format (.svg .html .dot .mmd .json .txt). "
-                   "Without it, a text preview goes to stdout.")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="auto", show_default=True,
-              help="Override the format: chrome-trace = Trace Event JSON for Perfetto; text = terminal preview.")
-@click.option("--engine", type=click.Choice(["builtin", "graphviz"]), default="builtin", show_default=True,
-              help="Graph SVG/HTML layout: graphrl's own layered layout, or Graphviz `dot` when installed.")
-@click.option("--graph", "graph_path", type=click.Path(exists=True, dir_okay=False),
-              help="Trajectories: the graph (YAML or plan.json) to draw; default: graphs/<name>.yaml.")
+@click.option(
+    "-o",
+    "--out",
+    type=click.Path(dir_okay=False),
+    help="Output file; its extension picks the format (.svg .html .dot .mmd .json .txt). "
+    "Without it, a text preview goes to stdout.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(FORMATS),
+    default="auto",
+    show_default=True,
+    help="Override the format: chrome-trace = Trace Event JSON for Perfetto; text = terminal preview.",
+)
+@click.option(
+    "--engine",
+    type=click.Choice(["builtin", "graphviz"]),
+    default="builtin",
+    show_default=True,
+    help="Graph SVG/HTML layout: graphrl's own layered layout, or Graphviz `dot` when installed.",
+)
+@click.option(
+    "--graph",
+    "graph_path",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Trajectories: the graph (YAML or plan.json) to draw; default: graphs/<name>.yaml.",
+)
 @click.option("--group", type=click.IntRange(0), help="Trajectories: only this prompt group (row).")
 @click.option("--sample", type=click.IntRange(0), help="Trajectories: only this sample n of the group(s).")
-@click.option("--tokenizer", default=None,
-              help="Token texts: qwen, tiny, smollm2, none (ids), or a local tokenizer directory "
-                   "(default: the tokenizer the run recorded).")
-@click.option("--max-tokens", type=click.IntRange(1),
-              help="HTML: most token ids kept in the file (default 1,000,000; samples past it list their "
-                   "spans only). Text: response tokens printed per sample (default 2000).")
+@click.option(
+    "--tokenizer",
+    default=None,
+    help="Token texts: qwen, tiny, smollm2, none (ids), or a local tokenizer directory "
+    "(default: the tokenizer the run recorded).",
+)
+@click.option(
+    "--max-tokens",
+    type=click.IntRange(1),
+    help="HTML: most token ids kept in the file (default 1,000,000; samples past it list their "
+    "spans only). Text: response tokens printed per sample (default 2000).",
+)
 @click.option("--no-color", is_flag=True, help="Text: no ANSI colours (also when NO_COLOR is set).")
 @click.option("--show-prompt", is_flag=True, help="Text: print each sample's prompt too.")
-def visualize_command(input_path, out, fmt, engine, graph_path, group, sample, tokenizer, max_tokens, no_color,
-                      show_prompt):
+def visualize_command(
+    input_path, out, fmt, engine, graph_path, group, sample, tokenizer, max_tokens, no_color, show_prompt
+):
     """Draw a graph, or a trajectory of `graphrl run` / slime, as a diagram.
 
     A graph (.yaml, plan.json) becomes SVG, HTML, Graphviz DOT, Mermaid or text. A trajectory
@@ -82,8 +108,17 @@ def visualize_command(input_path, out, fmt, engine, graph_path, group, sample, t
             text = graph_output(path, form, engine)
         else:
             color = not no_color and not os.environ.get("NO_COLOR")
-            text = trajectory_output(path, form, graph=graph_path, group=group, sample=sample, tokenizer=tokenizer,
-                                     max_tokens=max_tokens, color=color, show_prompt=show_prompt)
+            text = trajectory_output(
+                path,
+                form,
+                graph=graph_path,
+                group=group,
+                sample=sample,
+                tokenizer=tokenizer,
+                max_tokens=max_tokens,
+                color=color,
+                show_prompt=show_prompt,
+            )
     except VizError as exc:
         if exc.diagnostics:
             sources = SourceCache()

@@ -45,8 +45,11 @@ def _yaml_path(g: Graph, base: tuple, path: tuple) -> tuple:
         if isinstance(raw, dict) and p not in raw:
             p = next((k for k in raw if case_key(k) == p), p)
         out.append(p)
-        raw = raw.get(p) if isinstance(raw, dict) else (raw[p] if isinstance(raw, list) and isinstance(p, int)
-                                                        and 0 <= p < len(raw) else None)
+        raw = (
+            raw.get(p)
+            if isinstance(raw, dict)
+            else (raw[p] if isinstance(raw, list) and isinstance(p, int) and 0 <= p < len(raw) else None)
+        )
     return tuple(out)
 
 

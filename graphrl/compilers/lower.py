@@ -113,9 +113,12 @@ def lower(g: Graph) -> Plan:
         reward=_resolve_reward(spec),
         limits=spec.limits,
         targets={name: settings.model_dump(mode="json") for name, settings in sorted(g.targets.items())},
-        training=Training(per_call=layout.per_call, threads=layout.threads, fanout=layout.fanout,
-                          trained_nodes=tuple(nid for nid, n in g.nodes.items()
-                                              if isinstance(n, LLMNode) and n.trained)),
+        training=Training(
+            per_call=layout.per_call,
+            threads=layout.threads,
+            fanout=layout.fanout,
+            trained_nodes=tuple(nid for nid, n in g.nodes.items() if isinstance(n, LLMNode) and n.trained),
+        ),
         templates=files,
         spans=_spans(g),
     )

@@ -15,8 +15,9 @@ the registry a graph is loaded with is an unknown key (E002), never silently acc
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Iterable, Mapping, Protocol, Sequence
+from typing import Protocol
 
 from pydantic import BaseModel
 

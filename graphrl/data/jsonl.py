@@ -9,8 +9,9 @@ nothing else is raised for the file's content. Lines end with \\n (\\r\\n works 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 
 class JsonlError(ValueError):
@@ -43,8 +44,10 @@ def iter_jsonl(path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> Ite
             except StopIteration:
                 return
             except OverflowError:
-                raise JsonlError(f"{path}:{lineno}:1: the line is longer than {max_line_bytes} bytes (the row size "
-                                 "bound; graphrl run --max-row-bytes raises it)") from None
+                raise JsonlError(
+                    f"{path}:{lineno}:1: the line is longer than {max_line_bytes} bytes (the row size "
+                    "bound; graphrl run --max-row-bytes raises it)"
+                ) from None
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:

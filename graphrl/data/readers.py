@@ -22,13 +22,17 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from .jsonl import JsonlError, iter_jsonl
 
-_DAPO_HEAD = re.compile(r"^\s*Solve the following math problem step by step\..*?where \$Answer is the answer to "
-                        r"the problem\.\s*", re.S)
+_DAPO_HEAD = re.compile(
+    r"^\s*Solve the following math problem step by step\..*?where \$Answer is the answer to "
+    r"the problem\.\s*",
+    re.S,
+)
 _DAPO_TAIL = re.compile(r"\s*Remember to put your answer on its own line after \"Answer:\"\.?\s*$")
 
 
@@ -55,8 +59,11 @@ def dapo(rec: dict[str, Any], *, keep_instructions: bool = False) -> dict[str, A
         label = (rec.get("reward_model") or {}).get("ground_truth")
     if label in (None, ""):
         raise RowError("missing field: label, answer or reward_model.ground_truth")
-    meta = {k: v for k, v in rec.items() if k not in ("prompt", "problem", "question", "label", "answer",
-                                                      "reward_model", "metadata")}
+    meta = {
+        k: v
+        for k, v in rec.items()
+        if k not in ("prompt", "problem", "question", "label", "answer", "reward_model", "metadata")
+    }
     meta.update(rec.get("metadata") or {})
     return {"prompt": prompt, "label": str(label), "metadata": meta}
 
@@ -89,8 +96,11 @@ def hotpotqa(rec: dict[str, Any]) -> dict[str, Any]:
     for k in ("_id", "id", "type", "level", "supporting_facts", "length"):
         if k in rec:
             meta.setdefault(k, rec[k])
-    return {"prompt": str(question), "label": answers if isinstance(answers, list) else [str(answers)],
-            "metadata": meta}
+    return {
+        "prompt": str(question),
+        "label": answers if isinstance(answers, list) else [str(answers)],
+        "metadata": meta,
+    }
 
 
 def toolorchestra(rec: dict[str, Any]) -> dict[str, Any]:
@@ -108,7 +118,10 @@ def toolorchestra(rec: dict[str, Any]) -> dict[str, Any]:
 
 
 FORMATS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
-    "dapo": dapo, "hotpotqa": hotpotqa, "toolorchestra": toolorchestra}
+    "dapo": dapo,
+    "hotpotqa": hotpotqa,
+    "toolorchestra": toolorchestra,
+}
 
 
 def read(path: str | Path, fmt: str) -> Iterator[dict[str, Any]]:

@@ -22,15 +22,77 @@ import random
 import sys
 from typing import Any
 
-FIRST = ("Maren", "Tobin", "Ilse", "Casper", "Noor", "Anselm", "Lidia", "Oren", "Petra", "Hugo", "Sanne",
-         "Emeric", "Ysolde", "Bram", "Katya", "Leopold", "Runa", "Dario", "Ottilie", "Joris")
-LAST = ("Oduya", "Brackwell", "Stennholt", "Vasquez-Lind", "Halloran", "Mirecki", "Ferreira", "Okonkwo",
-        "Thorsby", "Lindqvist", "Achterberg", "Delacourt", "Nakamura", "Pellegrini", "Rasmussen", "Quill")
-PLACES = ("Tessaly", "Port Orrin", "Kelder", "Amberlee", "Vossmark", "Saltreach", "Dunmerrow", "Ilvane",
-          "Cragsford", "Nethermoor", "Gallowmere", "Brightwater", "Hollin", "Ostrava Minor", "Windle")
-WORKS = ("Halvard Bridge", "Glass Library of Kelder", "Saltreach Observatory", "Old Mint Tower",
-         "Ferrow Aqueduct", "Lantern Hall", "Copperline Railway Station", "Greywater Dam",
-         "Museum of Tides", "Northgate Opera House", "Cinder Market", "Amberlee Lighthouse")
+FIRST = (
+    "Maren",
+    "Tobin",
+    "Ilse",
+    "Casper",
+    "Noor",
+    "Anselm",
+    "Lidia",
+    "Oren",
+    "Petra",
+    "Hugo",
+    "Sanne",
+    "Emeric",
+    "Ysolde",
+    "Bram",
+    "Katya",
+    "Leopold",
+    "Runa",
+    "Dario",
+    "Ottilie",
+    "Joris",
+)
+LAST = (
+    "Oduya",
+    "Brackwell",
+    "Stennholt",
+    "Vasquez-Lind",
+    "Halloran",
+    "Mirecki",
+    "Ferreira",
+    "Okonkwo",
+    "Thorsby",
+    "Lindqvist",
+    "Achterberg",
+    "Delacourt",
+    "Nakamura",
+    "Pellegrini",
+    "Rasmussen",
+    "Quill",
+)
+PLACES = (
+    "Tessaly",
+    "Port Orrin",
+    "Kelder",
+    "Amberlee",
+    "Vossmark",
+    "Saltreach",
+    "Dunmerrow",
+    "Ilvane",
+    "Cragsford",
+    "Nethermoor",
+    "Gallowmere",
+    "Brightwater",
+    "Hollin",
+    "Ostrava Minor",
+    "Windle",
+)
+WORKS = (
+    "Halvard Bridge",
+    "Glass Library of Kelder",
+    "Saltreach Observatory",
+    "Old Mint Tower",
+    "Ferrow Aqueduct",
+    "Lantern Hall",
+    "Copperline Railway Station",
+    "Greywater Dam",
+    "Museum of Tides",
+    "Northgate Opera House",
+    "Cinder Market",
+    "Amberlee Lighthouse",
+)
 TRADES = ("architect", "engineer", "stonemason", "master builder")
 FILLER = (
     "The records of the period are incomplete, and several accounts disagree on minor details.",
@@ -82,12 +144,19 @@ def memagent_rows(n: int = 3, *, seed: int = 0, chars: int = 56_000) -> list[dic
         first, second = rng.randrange(0, half + 1), rng.randrange(half, len(distractors) + 1)
         paragraphs = distractors[:first] + [gold_a] + distractors[first:second] + [gold_b] + distractors[second:]
         context = "\n\n".join(f"Document {k}: {p}" for k, p in enumerate(paragraphs, 1))
-        rows.append({
-            "prompt": f"In which town was the {trade} who designed the {work} born?",
-            "label": [town],
-            "metadata": {"context": context, "supporting_facts": [work, builder], "seed": seed, "index": i,
-                         "source": "graphrl.data.synth"},
-        })
+        rows.append(
+            {
+                "prompt": f"In which town was the {trade} who designed the {work} born?",
+                "label": [town],
+                "metadata": {
+                    "context": context,
+                    "supporting_facts": [work, builder],
+                    "seed": seed,
+                    "index": i,
+                    "source": "graphrl.data.synth",
+                },
+            }
+        )
     return rows
 
 
@@ -99,5 +168,7 @@ def write_jsonl(rows: list[dict[str, Any]], path: str) -> None:
 
 if __name__ == "__main__":  # python -m graphrl.data.synth OUT.jsonl [N] [SEED]
     out = sys.argv[1] if len(sys.argv) > 1 else "memagent.jsonl"
-    write_jsonl(memagent_rows(int(sys.argv[2]) if len(sys.argv) > 2 else 3,
-                              seed=int(sys.argv[3]) if len(sys.argv) > 3 else 0), out)
+    write_jsonl(
+        memagent_rows(int(sys.argv[2]) if len(sys.argv) > 2 else 3, seed=int(sys.argv[3]) if len(sys.argv) > 3 else 0),
+        out,
+    )

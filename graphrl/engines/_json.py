@@ -29,9 +29,7 @@ if _orjson is not None:
 
     loads = _orjson.loads
 else:
-    _encode = json.JSONEncoder(
-        ensure_ascii=False, allow_nan=False, separators=(",", ":"), check_circular=False
-    ).encode
+    _encode = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"), check_circular=False).encode
     _decode = json.loads
 
     def dumps(obj: Any) -> bytes:

@@ -12,11 +12,13 @@ Invariants: len(output_ids) == len(logprobs); finish_reason.type is one of "stop
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 # HTTP header naming a session (consistent-hashing routers keep a session's calls on one worker)
 ROUTING_HEADER = "X-SMG-Routing-Key"
+
 
 @dataclass(frozen=True)
 class FinishReason:
@@ -47,9 +49,7 @@ class Generation:
 
     def __post_init__(self) -> None:
         if len(self.output_ids) != len(self.logprobs):
-            raise ValueError(
-                f"engine returned {len(self.output_ids)} tokens but {len(self.logprobs)} log-probs"
-            )
+            raise ValueError(f"engine returned {len(self.output_ids)} tokens but {len(self.logprobs)} log-probs")
 
 
 class EngineError(RuntimeError):

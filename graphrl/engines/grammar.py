@@ -108,7 +108,7 @@ class Grammars:
         if json_schema is not None:
             try:
                 regex = oc.json_schema.build_regex_from_schema(json_schema)
-            except Exception as exc:  # noqa: BLE001 - the library's message is the explanation
+            except Exception as exc:
                 raise ValueError(f"json_schema cannot be used: {exc}") from None
         if regex is None:
             raise ValueError("a constraint needs regex or json_schema")
@@ -117,7 +117,7 @@ class Grammars:
         if index is None:
             try:
                 index = oc.Index(regex, vocab)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 raise ValueError(f"regex {regex!r} cannot be used: {exc}") from None
         self._indexes[regex] = index
         while len(self._indexes) > INDEX_CACHE:

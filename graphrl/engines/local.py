@@ -33,9 +33,10 @@ import random
 import threading
 import time
 import uuid
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from graphrl.engines.base import EngineError, FinishReason, Generation
 from graphrl.engines.grammar import Grammars
@@ -91,9 +92,7 @@ class LocalEngine:
         self.name = name
         self.logprob_mode = logprob_mode
         self.vocab_size = int(model.config.vocab_size)
-        self.context_length = int(
-            context_length or getattr(model.config, "max_position_embeddings", 0) or 32768
-        )
+        self.context_length = int(context_length or getattr(model.config, "max_position_embeddings", 0) or 32768)
         self.eos_token_ids = _eos_ids(model, tokenizer)
         self._rng = random.Random(seed)
         self._prefix = PrefixCache(prefix_cache_entries, prefix_cache_tokens)
@@ -101,9 +100,7 @@ class LocalEngine:
         self._requests: dict[str, _Request] = {}
         # torch's intra-op thread count is per thread (OpenMP builds): this changes the worker only.
         init = (lambda: torch.set_num_threads(num_threads)) if num_threads else None
-        self._executor = ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix=f"graphrl-{name}", initializer=init
-        )
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"graphrl-{name}", initializer=init)
         self._closed = False
         params = inspect.signature(model.forward).parameters
         self._keep_kw = next((k for k in ("logits_to_keep", "num_logits_to_keep") if k in params), None)
@@ -186,8 +183,7 @@ class LocalEngine:
             raise EngineError(f"token ids out of range [0, {self.vocab_size}): {bad[:5]}", status=400)
         if len(ids) >= self.context_length:
             raise EngineError(
-                f"the input ({len(ids)} tokens) is longer than the context length "
-                f"({self.context_length} tokens)",
+                f"the input ({len(ids)} tokens) is longer than the context length ({self.context_length} tokens)",
                 status=400,
             )
         return ids, params
@@ -271,9 +267,7 @@ class LocalEngine:
         except ImportError as exc:  # MissingDependency: its message names the install command
             raise EngineError(str(exc), status=400) from None
 
-    def _stop_check(
-        self, out: list[int], p: SamplingParams, stop_ids: set[int], window: int
-    ) -> FinishReason | None:
+    def _stop_check(self, out: list[int], p: SamplingParams, stop_ids: set[int], window: int) -> FinishReason | None:
         if len(out) < p.min_new_tokens:
             return None
         if out[-1] in stop_ids:

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import copy
 from collections import OrderedDict
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 
 def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:

@@ -14,7 +14,7 @@ Not thread-safe: use it from one event loop.
 from __future__ import annotations
 
 import heapq
-from typing import Sequence
+from collections.abc import Sequence
 
 __all__ = ["PrefixTracker"]
 
@@ -22,7 +22,7 @@ __all__ = ["PrefixTracker"]
 class _Node:
     __slots__ = ("children", "edge", "parent", "stamp")
 
-    def __init__(self, edge: tuple[int, ...], parent: "_Node | None", stamp: int) -> None:
+    def __init__(self, edge: tuple[int, ...], parent: _Node | None, stamp: int) -> None:
         self.children: dict[int, _Node] = {}
         self.edge = edge
         self.parent = parent

@@ -21,8 +21,9 @@ Invariants: unknown keys and known-but-unsupported features set to a non-default
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 GREEDY_EPS = 1e-6
 LOGPROB_MODES = ("sampling", "original")
@@ -83,7 +84,7 @@ class SamplingParams:
         return self.temperature < GREEDY_EPS or self.top_k == 1
 
     @classmethod
-    def from_mapping(cls, params: Mapping[str, Any] | None) -> "SamplingParams":
+    def from_mapping(cls, params: Mapping[str, Any] | None) -> SamplingParams:
         """Validate an SGLang `sampling_params` dict (None or {} gives SGLang's defaults)."""
         values: dict[str, Any] = {}
         for key, value in (params or {}).items():

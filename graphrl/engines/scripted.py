@@ -15,8 +15,9 @@ Never use this to serve real rollouts.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence, Union
+from typing import Any, Union
 
 from graphrl.engines.base import EngineError, FinishReason, Generation
 

@@ -35,8 +35,9 @@ import math
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable, Protocol
+from typing import Any, Protocol
 
 from aiohttp import web
 
@@ -298,9 +299,7 @@ class EngineServer:
             self.prefix.insert(prompt + list(gen.output_ids))
         return self._respond(req, rid, gen, cached, started)
 
-    def _respond(
-        self, req: GenerateRequest, rid: str, gen: Generation, cached: int, started: float
-    ) -> web.Response:
+    def _respond(self, req: GenerateRequest, rid: str, gen: Generation, cached: int, started: float) -> web.Response:
         ids, lps = gen.output_ids, gen.logprobs
         if not all(map(math.isfinite, lps)):
             return _error(500, "engine returned a non-finite log-prob")
@@ -321,9 +320,7 @@ class EngineServer:
         if req.return_logprob:
             if req.return_text_in_logprobs and self.tokenizer is not None:
                 decode = self.tokenizer.decode
-                meta["output_token_logprobs"] = [
-                    [lp, t, decode([t])] for lp, t in zip(lps, ids)
-                ]
+                meta["output_token_logprobs"] = [[lp, t, decode([t])] for lp, t in zip(lps, ids)]
             else:
                 meta["output_token_logprobs"] = [[lp, t, None] for lp, t in zip(lps, ids)]
         text = gen.text
@@ -338,9 +335,7 @@ class EngineServer:
             return self.tokenizer.decode(list(ids))
 
 
-def make_app(
-    engine: Engine | None, tokenizer: Any, *, model_path: str, **options: Any
-) -> web.Application:
+def make_app(engine: Engine | None, tokenizer: Any, *, model_path: str, **options: Any) -> web.Application:
     """The aiohttp app serving `engine` (None: loading until `app[SERVER_KEY].attach(...)`).
 
     `options`: tokenizer_path, weight_version, prefix_capacity_tokens, tombstone_s (EngineServer).
@@ -349,9 +344,7 @@ def make_app(
 
 
 @contextlib.asynccontextmanager
-async def serving(
-    app: web.Application, host: str = "127.0.0.1", port: int = 0
-) -> AsyncIterator[str]:
+async def serving(app: web.Application, host: str = "127.0.0.1", port: int = 0) -> AsyncIterator[str]:
     """Serve `app` on host:port (0 = any free port) inside this loop; yields the base URL."""
     runner_kwargs: dict[str, Any] = {"access_log": None}
     site_kwargs: dict[str, Any] = {"backlog": 4096}

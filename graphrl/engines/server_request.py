@@ -13,8 +13,9 @@ Unknown top-level keys are ignored, as SGLang does.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Collection, Mapping
+from typing import Any
 
 __all__ = ["BadRequest", "GenerateRequest", "parse_generate_request", "SAMPLING_PARAMS"]
 
@@ -89,12 +90,23 @@ SAMPLING_PARAMS: Mapping[str, tuple[Callable[[Any], bool], str]] = {
     "stream_interval": (_is_int, "an int"),
 }
 # Accepted and forwarded, but meaningless without server-side plugins: never refused.
-_ALWAYS_OK = frozenset(("custom_params", "stream_interval", "skip_special_tokens",
-                        "spaces_between_special_tokens", "no_stop_trim"))
+_ALWAYS_OK = frozenset(
+    ("custom_params", "stream_interval", "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim")
+)
 # Top-level keys whose effect this server cannot produce: refused when set (truthy).
-_UNSUPPORTED_TOP = ("image_data", "video_data", "audio_data", "input_embeds", "lora_path",
-                    "custom_logit_processor", "return_hidden_states", "return_routed_experts",
-                    "session_params", "token_ids_logprob", "top_logprobs_num")
+_UNSUPPORTED_TOP = (
+    "image_data",
+    "video_data",
+    "audio_data",
+    "input_embeds",
+    "lora_path",
+    "custom_logit_processor",
+    "return_hidden_states",
+    "return_routed_experts",
+    "session_params",
+    "token_ids_logprob",
+    "top_logprobs_num",
+)
 
 
 def _check_ranges(sp: Mapping[str, Any]) -> None:
@@ -125,9 +137,7 @@ def _sampling_params(raw: Any, supported: Collection[str] | None) -> dict[str, A
     for key, value in raw.items():
         spec = SAMPLING_PARAMS.get(key)
         if spec is None:
-            raise BadRequest(
-                f"unknown sampling param {key!r}; known: {', '.join(sorted(SAMPLING_PARAMS))}"
-            )
+            raise BadRequest(f"unknown sampling param {key!r}; known: {', '.join(sorted(SAMPLING_PARAMS))}")
         if value is None:
             continue
         check, expected = spec

@@ -32,7 +32,8 @@ import asyncio
 import math
 import operator
 import uuid
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import aiohttp
 
@@ -50,9 +51,7 @@ _CONNECT_ERRORS: tuple[type[BaseException], ...] = (aiohttp.ClientConnectorError
 _CONNECT_TIMEOUT = getattr(aiohttp, "ConnectionTimeoutError", None)  # aiohttp >= 3.10
 if _CONNECT_TIMEOUT is not None:
     _CONNECT_ERRORS += (_CONNECT_TIMEOUT,)
-_NOT_TRANSIENT = tuple(
-    t for t in (getattr(aiohttp, "ClientSSLError", None),) if t is not None
-)
+_NOT_TRANSIENT = tuple(t for t in (getattr(aiohttp, "ClientSSLError", None),) if t is not None)
 
 
 def _finish_reason(raw: Any) -> FinishReason:
@@ -109,10 +108,13 @@ def parse_generate_response(body: Any, *, rid: str | None = None) -> Generation:
             f"disagree with output_token_logprobs ({len(ids)} tokens); refusing to guess"
         )
     completion = meta.get("completion_tokens")
-    if completion is not None and completion != len(ids) and not (
-            finish.type == "abort" and not ids):  # a request aborted in the queue may report none
-        raise EngineError(f"completion_tokens ({completion!r}) disagrees with output_token_logprobs "
-                          f"({len(ids)} tokens); refusing to guess")
+    if (
+        completion is not None and completion != len(ids) and not (finish.type == "abort" and not ids)
+    ):  # a request aborted in the queue may report none
+        raise EngineError(
+            f"completion_tokens ({completion!r}) disagrees with output_token_logprobs "
+            f"({len(ids)} tokens); refusing to guess"
+        )
     text = body.get("text")
     return Generation(
         output_ids=ids,
@@ -205,7 +207,7 @@ class SGLangEngine:
             except RuntimeError:  # created in a loop that is gone: nothing left to close
                 pass
 
-    async def __aenter__(self) -> "SGLangEngine":
+    async def __aenter__(self) -> SGLangEngine:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -242,9 +244,7 @@ class SGLangEngine:
         while True:
             in_flight = True
             try:
-                async with session.post(
-                    self._generate_url, data=body, headers=headers, timeout=self._timeout
-                ) as resp:
+                async with session.post(self._generate_url, data=body, headers=headers, timeout=self._timeout) as resp:
                     status = resp.status
                     payload = await resp.read()
                 in_flight = False
@@ -266,14 +266,11 @@ class SGLangEngine:
                 )
             except asyncio.TimeoutError as exc:
                 self._abort_in_background(rid)
-                raise EngineError(
-                    f"SGLang /generate timed out after {self.timeout_s:g}s (rid {rid})"
-                ) from exc
+                raise EngineError(f"SGLang /generate timed out after {self.timeout_s:g}s (rid {rid})") from exc
             except aiohttp.ClientError as exc:
                 self._abort_in_background(rid)
                 raise EngineError(
-                    f"SGLang /generate failed after the request was sent (rid {rid}): "
-                    f"{type(exc).__name__}: {exc}"
+                    f"SGLang /generate failed after the request was sent (rid {rid}): {type(exc).__name__}: {exc}"
                 ) from exc
             if attempt >= self.max_retries:
                 raise error
@@ -314,7 +311,9 @@ class SGLangEngine:
     async def _post_abort(self, body: dict[str, Any]) -> None:
         try:
             async with self._client().post(
-                self._abort_url, data=dumps(body), headers=self._headers,
+                self._abort_url,
+                data=dumps(body),
+                headers=self._headers,
                 timeout=self._short_timeout,
             ) as resp:
                 if resp.status != 200:
@@ -353,9 +352,7 @@ class SGLangEngine:
     async def model_info(self) -> dict[str, Any]:
         """`GET /get_model_info` (model_path, tokenizer_path, is_generation, ...)."""
         try:
-            async with self._client().get(
-                self.url + "/get_model_info", timeout=self._short_timeout
-            ) as r:
+            async with self._client().get(self.url + "/get_model_info", timeout=self._short_timeout) as r:
                 payload = await r.read()
                 status = r.status
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:

@@ -16,6 +16,7 @@ from graphrl.errors import MissingDependency, UsageProblem
 
 __all__ = ["MissingDependency", "UnknownModel", "require"]
 
+
 class UnknownModel(UsageProblem):
     """A model name that is neither a built-in name nor a Hugging Face model directory."""
 

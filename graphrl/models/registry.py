@@ -27,8 +27,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from graphrl.models.cache import cache_dir, publish_dir, staging_dir
 from graphrl.errors import UsageProblem
+from graphrl.models.cache import cache_dir, publish_dir, staging_dir
 from graphrl.models.errors import MissingDependency, UnknownModel, require
 
 MODEL_NAMES = ("tiny", "smollm2")
@@ -87,12 +87,12 @@ def _quiet_loading(transformers: Any):
     bar is switched off for the load and restored after, so no caller's setting is changed."""
     hf_logging = getattr(getattr(transformers, "utils", None), "logging", None)
     enabled = getattr(hf_logging, "is_progress_bar_enabled", lambda: False)()
-    if enabled:
+    if enabled and hf_logging is not None:
         hf_logging.disable_progress_bar()
     try:
         yield
     finally:
-        if enabled:
+        if enabled and hf_logging is not None:
             hf_logging.enable_progress_bar()
 
 
@@ -167,7 +167,7 @@ def _skip_weight_init() -> Any:
 
     for module in ("transformers.initialization", "transformers.modeling_utils"):
         try:
-            return getattr(importlib.import_module(module), "no_init_weights")()
+            return importlib.import_module(module).no_init_weights()
         except (ImportError, AttributeError):
             continue
     return contextlib.nullcontext()
@@ -236,8 +236,9 @@ def export(name_or_path: str | Path, directory: str | Path, *, overwrite: bool =
     source = model_dir(name_or_path)
     target = Path(directory).expanduser()
     if target.exists() and any(target.iterdir()) and not overwrite:
-        raise TargetNotEmpty(f"{target} exists and is not empty: choose an empty directory, or pass --force "
-                             "to write into it")
+        raise TargetNotEmpty(
+            f"{target} exists and is not empty: choose an empty directory, or pass --force to write into it"
+        )
     model, tokenizer = _load_dir(source)
     target.mkdir(parents=True, exist_ok=True)
     with _quiet_loading(_torch_transformers("exporting a model")[1]):

@@ -73,9 +73,7 @@ QWEN_ADDED_TOKENS: tuple[tuple[str, bool], ...] = (
     ("<think>", False),
     ("</think>", False),
 )
-QWEN_TOKEN_IDS: dict[str, int] = {
-    tok: BASE_VOCAB_SIZE + i for i, (tok, _special) in enumerate(QWEN_ADDED_TOKENS)
-}
+QWEN_TOKEN_IDS: dict[str, int] = {tok: BASE_VOCAB_SIZE + i for i, (tok, _special) in enumerate(QWEN_ADDED_TOKENS)}
 EOS_TOKEN = "<|im_end|>"
 PAD_TOKEN = "<|endoftext|>"
 # Qwen's `additional_special_tokens`: the special added tokens other than <|endoftext|>.
@@ -195,9 +193,7 @@ def build_qwen_tokenizer() -> Any:
     core.decoder = tk.decoders.ByteLevel()
     core.post_processor = tk.processors.ByteLevel(trim_offsets=False)
     for content, special in QWEN_ADDED_TOKENS:
-        added = tk.AddedToken(
-            content, special=special, normalized=False, lstrip=False, rstrip=False, single_word=False
-        )
+        added = tk.AddedToken(content, special=special, normalized=False, lstrip=False, rstrip=False, single_word=False)
         if special:
             core.add_special_tokens([added])
         else:

@@ -23,12 +23,17 @@ Output: `GroupScores` (pure arithmetic: no I/O, no runtime types; `group_run` ap
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 DEFAULT_SIGNS: dict[str, float] = {"cost": -1.0, "latency": -1.0}
-USAGE_FEATURES = {"cost": "cost", "latency": "latency_s", "prompt_tokens": "prompt_tokens",
-                  "completion_tokens": "completion_tokens"}
+USAGE_FEATURES = {
+    "cost": "cost",
+    "latency": "latency_s",
+    "prompt_tokens": "prompt_tokens",
+    "completion_tokens": "completion_tokens",
+}
 
 
 @dataclass(frozen=True)
@@ -40,8 +45,9 @@ class GroupScores:
     dropped: bool
 
 
-def oriented_features(usage: Mapping[str, Any], state: Mapping[str, Any],
-                      signs: Mapping[str, float] | None = None) -> dict[str, float]:
+def oriented_features(
+    usage: Mapping[str, Any], state: Mapping[str, Any], signs: Mapping[str, float] | None = None
+) -> dict[str, float]:
     """One rollout's features, each x its sign (higher is better).
 
     A name is a usage figure (`cost`, `latency` = summed call latency in s, `prompt_tokens`,
@@ -62,13 +68,21 @@ def oriented_features(usage: Mapping[str, Any], state: Mapping[str, Any],
             else:
                 out[name] = sign * _number(value, name)
         else:
-            raise ValueError(f"unknown feature '{name}': use cost, latency, prompt_tokens, completion_tokens, "
-                             "calls or a state variable")
+            raise ValueError(
+                f"unknown feature '{name}': use cost, latency, prompt_tokens, completion_tokens, "
+                "calls or a state variable"
+            )
     return out
 
 
-def preference(correct: Sequence[bool], features: Sequence[Mapping[str, float]], *,
-               weights: Mapping[str, Any] | None = None, clip: float = 3.0, min_std: float = 0.1) -> GroupScores:
+def preference(
+    correct: Sequence[bool],
+    features: Sequence[Mapping[str, float]],
+    *,
+    weights: Mapping[str, Any] | None = None,
+    clip: float = 3.0,
+    min_std: float = 0.1,
+) -> GroupScores:
     """ToolOrchestra's group reward (see the module docstring for the exact definition)."""
     if len(correct) != len(features):
         raise ValueError("one feature mapping per rollout")

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from ..plan import Plan
 from ..runtime.executor import RolloutResult, usage
@@ -36,8 +37,9 @@ Hook = Callable[[list[RolloutResult]], list[RolloutResult]]
 JUDGE_NODE = "reward"  # the node name the executor records reward-judge calls under
 
 
-def group_reward_hook(plan: Plan, rows: Sequence[Mapping[str, Any]] | Mapping[Any, Mapping[str, Any]],
-                      search: list[Path] | None = None) -> Hook | None:
+def group_reward_hook(
+    plan: Plan, rows: Sequence[Mapping[str, Any]] | Mapping[Any, Mapping[str, Any]], search: list[Path] | None = None
+) -> Hook | None:
     """`rows`: the data rows by group (a list indexed by row, or a mapping from group id to row)."""
     if plan.reward is None or plan.reward.group is None:
         return None
@@ -49,14 +51,18 @@ def group_reward_hook(plan: Plan, rows: Sequence[Mapping[str, Any]] | Mapping[An
         if not results:
             return results
         row = dict(rows[results[0].group])
-        ctx = {"row": row, "prompt": row.get("prompt"), "label": row.get("label"),
-               "metadata": row.get("metadata") or {}}
+        ctx = {
+            "row": row,
+            "prompt": row.get("prompt"),
+            "label": row.get("label"),
+            "metadata": row.get("metadata") or {},
+        }
         try:
             args = renderer.value(("reward", "group", "args"), spec.args, ctx)
             if spec.fn == "preference":
                 return _preference(results, args, credit, key)
             return _user(spec.fn, results, args, credit, search)
-        except Exception as exc:  # noqa: BLE001 - one group's failure is data, not the run's end
+        except Exception as exc:
             note = f"group reward '{spec.fn}': {type(exc).__name__}: {exc}"
             return [dataclasses.replace(r, error=f"{r.error}; {note}" if r.error else note) for r in results]
 
@@ -74,24 +80,44 @@ def scalar(reward: Any, key: str | None) -> float:
     return float(reward)
 
 
-def _preference(results: list[RolloutResult], args: Mapping[str, Any], credit: str,
-                key: str | None) -> list[RolloutResult]:
+def _preference(
+    results: list[RolloutResult], args: Mapping[str, Any], credit: str, key: str | None
+) -> list[RolloutResult]:
     rule = [scalar(r.reward, key) for r in results]
     correct = [v >= 0.5 for v in rule]
     # the judge's calls (node "reward") are the grader's cost, not the rollout's: left out of the features
-    feats = [oriented_features(usage([c for c in r.calls if c.node != JUDGE_NODE]), r.state, args.get("features"))
-             for r in results]
-    scores = preference(correct, feats, weights=args.get("weights"), clip=float(args.get("clip", 3.0)),
-                        min_std=float(args.get("min_std", 0.1)))
+    feats = [
+        oriented_features(usage([c for c in r.calls if c.node != JUDGE_NODE]), r.state, args.get("features"))
+        for r in results
+    ]
+    scores = preference(
+        correct,
+        feats,
+        weights=args.get("weights"),
+        clip=float(args.get("clip", 3.0)),
+        min_std=float(args.get("min_std", 0.1)),
+    )
     credited = regroup_credit(results, scores.rewards, credit)
-    return [dataclasses.replace(res, reward={"score": score, "correct": float(ok), "preference": pref,
-                                             "dropped": scores.dropped, "rule": before})
-            for res, score, ok, pref, before in zip(credited, scores.rewards, correct, scores.preference,
-                                                    [r.reward for r in results])]
+    return [
+        dataclasses.replace(
+            res,
+            reward={
+                "score": score,
+                "correct": float(ok),
+                "preference": pref,
+                "dropped": scores.dropped,
+                "rule": before,
+            },
+        )
+        for res, score, ok, pref, before in zip(
+            credited, scores.rewards, correct, scores.preference, [r.reward for r in results]
+        )
+    ]
 
 
-def _user(ref: str, results: list[RolloutResult], args: Mapping[str, Any], credit: str,
-          search: list[Path] | None) -> list[RolloutResult]:
+def _user(
+    ref: str, results: list[RolloutResult], args: Mapping[str, Any], credit: str, search: list[Path] | None
+) -> list[RolloutResult]:
     fn = resolve_callable(ref, list(search or []))
     if isinstance(fn, ImportProblem):
         raise ValueError(fn.message)

@@ -21,8 +21,20 @@ def normalize_math(answer: str) -> str:
         s = inner
     s = re.sub(r"\\text\{([^}]*)\}", r"\1", s)
     s = re.sub(r"\\(?:mathrm|mathbf)\{([^}]*)\}", r"\1", s)
-    for a, b in (("\\left", ""), ("\\right", ""), ("\\!", ""), ("\\,", ""), ("\\;", ""), ("\\dfrac", "\\frac"),
-                 ("\\tfrac", "\\frac"), ("^\\circ", ""), ("^{\\circ}", ""), ("\\$", ""), ("$", ""), ("\\%", "%")):
+    for a, b in (
+        ("\\left", ""),
+        ("\\right", ""),
+        ("\\!", ""),
+        ("\\,", ""),
+        ("\\;", ""),
+        ("\\dfrac", "\\frac"),
+        ("\\tfrac", "\\frac"),
+        ("^\\circ", ""),
+        ("^{\\circ}", ""),
+        ("\\$", ""),
+        ("$", ""),
+        ("\\%", "%"),
+    ):
         s = s.replace(a, b)
     s = re.sub(r"^[a-zA-Z]\s*=\s*", "", s.strip())
     s = s.replace(" ", "").rstrip(".")

@@ -31,12 +31,14 @@ from .math import math_equivalent, normalize_math
 VERDICT_PROMPT = (
     "Decide whether the response's final answer is equivalent to the reference answer.\n"
     "Question: {question}\nResponse: {prediction}\nReference answer: {label}\n"
-    "Think briefly, then end with one line exactly 'VERDICT: True' or 'VERDICT: False'.")
+    "Think briefly, then end with one line exactly 'VERDICT: True' or 'VERDICT: False'."
+)
 JSON_PROMPT = (
     "Is the predicted answer correct, given the reference answer(s)? Minor wording differences are fine; "
     "a different entity, number or date is not.\n"
     "Question: {question}\nPredicted answer: {prediction}\nReference answer(s): {label}\n"
-    'Reply with JSON only: {{"correct": true}} or {{"correct": false}}.')
+    'Reply with JSON only: {{"correct": true}} or {{"correct": false}}.'
+)
 JUDGE_PROMPT = VERDICT_PROMPT  # the `judge` reward's prompt
 JUDGE_MAX_TOKENS = 512
 _VERDICT = re.compile(r"VERDICT\s*:\s*\**\s*(true|false)|\"?correct\"?\s*:\s*\"?(true|false)", re.I)
@@ -82,8 +84,9 @@ class RewardBox:
     async def _ask(self, judge: JudgeFn, model: str | None, args: dict[str, Any], template: str) -> bool:
         if model is None:
             return False
-        prompt = template.format(question=args.get("question", ""), prediction=args.get("prediction", ""),
-                                 label=args.get("label", ""))
+        prompt = template.format(
+            question=args.get("question", ""), prediction=args.get("prediction", ""), label=args.get("label", "")
+        )
         if args.get("instructions"):
             prompt = f"{args['instructions']}\n\n{prompt}"
         reply = await judge(model, [{"role": "user", "content": prompt}], self.judge_max_tokens)

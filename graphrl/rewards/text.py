@@ -13,7 +13,8 @@ from __future__ import annotations
 import re
 import string
 from collections import Counter
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..runtime.parsers import last_boxed
 
@@ -46,7 +47,7 @@ def golds(label: Any) -> list[str]:
 def extract(prediction: Any, how: str | None, tail_chars: int | None) -> str | None:
     text = str(prediction)
     if tail_chars:
-        text = text[-int(tail_chars):]
+        text = text[-int(tail_chars) :]
     if how in (None, "", "none"):
         return text
     if how == "boxed":
@@ -99,7 +100,7 @@ def format_match(text: Any, pattern: str) -> float:
     return 1.0 if re.search(pattern, "" if text is None else str(text), re.DOTALL) else 0.0
 
 
-def tool_use(calls: Any, min: Any = 1) -> float:  # noqa: A002 - the argument's documented name
+def tool_use(calls: Any, min: Any = 1) -> float:
     """1.0 when `calls` (a count) is at least `min`, else 0.0; a missing count is 0."""
     try:
         return 1.0 if float(calls or 0) >= float(min) else 0.0

@@ -45,9 +45,10 @@ rendering (a new prompt; the caller starts a new training sample).
 from __future__ import annotations
 
 import operator
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from graphrl.runtime.chat_template import TemplateRenderer, plain, template_message, template_tools
 
@@ -62,8 +63,7 @@ class OnDrift(str, Enum):
 class NotAppendOnlyError(ValueError):
     """Rendering the continued conversation changes text the thread's tokens already cover."""
 
-    def __init__(self, message: str, *, message_index: int | None, position: int,
-                 expected: str, actual: str):
+    def __init__(self, message: str, *, message_index: int | None, position: int, expected: str, actual: str):
         super().__init__(message)
         self.message_index = message_index  # index into the thread's messages, None: template glue
         self.position = position  # first differing character of the rendered text
@@ -108,8 +108,14 @@ _EXCERPT = 40
 class ChatRenderer:
     """A tokenizer + its chat template. Stateless across conversations; threads hold the state."""
 
-    def __init__(self, tokenizer: Any, *, chat_template: str | None = None,
-                 stop_token_ids: Iterable[int] | None = None, strict: bool = False):
+    def __init__(
+        self,
+        tokenizer: Any,
+        *,
+        chat_template: str | None = None,
+        stop_token_ids: Iterable[int] | None = None,
+        strict: bool = False,
+    ):
         self.tokenizer = tokenizer
         self.template = TemplateRenderer.for_tokenizer(tokenizer, chat_template)
         self.strict = strict
@@ -149,25 +155,34 @@ class ChatRenderer:
     def _decode(self, ids: Sequence[int]) -> str:
         if self._backend is not None:
             return self._backend.decode(list(ids), skip_special_tokens=False)
-        return self.tokenizer.decode(list(ids), skip_special_tokens=False,
-                                     clean_up_tokenization_spaces=False)
+        return self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
     # -- rendering -------------------------------------------------------------------------------
-    def render(self, messages: Iterable[Mapping[str, Any]], *, tools: Sequence[Mapping] | None = None,
-               add_generation_prompt: bool = True, **variables: Any) -> str:
+    def render(
+        self,
+        messages: Iterable[Mapping[str, Any]],
+        *,
+        tools: Sequence[Mapping] | None = None,
+        add_generation_prompt: bool = True,
+        **variables: Any,
+    ) -> str:
         """Like `apply_chat_template(messages, tools=..., tokenize=False, **variables)`."""
-        return self.template.render([template_message(m) for m in messages],
-                                    tools=template_tools(tools),
-                                    add_generation_prompt=add_generation_prompt,
-                                    variables=plain(variables))
+        return self.template.render(
+            [template_message(m) for m in messages],
+            tools=template_tools(tools),
+            add_generation_prompt=add_generation_prompt,
+            variables=plain(variables),
+        )
 
-    def start(self, messages: Iterable[Mapping[str, Any]], tools: Sequence[Mapping] | None = None,
-              **variables: Any) -> tuple[int, ...]:
+    def start(
+        self, messages: Iterable[Mapping[str, Any]], tools: Sequence[Mapping] | None = None, **variables: Any
+    ) -> tuple[int, ...]:
         """The prompt ids of a fresh conversation, generation prompt included (encoded once)."""
         return self.encode(self.render(messages, tools=tools, add_generation_prompt=True, **variables))
 
-    def thread(self, messages: Iterable[Mapping[str, Any]], tools: Sequence[Mapping] | None = None,
-               **variables: Any) -> "ChatThread":
+    def thread(
+        self, messages: Iterable[Mapping[str, Any]], tools: Sequence[Mapping] | None = None, **variables: Any
+    ) -> ChatThread:
         """A conversation thread; its first `prepare()` returns the prompt."""
         return ChatThread(self, messages, tools=tools, variables=variables)
 
@@ -193,8 +208,14 @@ class ChatThread:
     Cycle: prepare() -> [send `ids` to the engine] -> add_output(...) -> add_messages(...) -> prepare()
     """
 
-    def __init__(self, renderer: ChatRenderer, messages: Iterable[Mapping[str, Any]], *,
-                 tools: Sequence[Mapping] | None = None, variables: Mapping[str, Any] | None = None):
+    def __init__(
+        self,
+        renderer: ChatRenderer,
+        messages: Iterable[Mapping[str, Any]],
+        *,
+        tools: Sequence[Mapping] | None = None,
+        variables: Mapping[str, Any] | None = None,
+    ):
         self._r = renderer
         self._tools = template_tools(tools)
         self._vars = plain(dict(variables or {}))
@@ -328,8 +349,9 @@ class ChatThread:
 
     # -- internals -------------------------------------------------------------------------------
     def _render(self, messages: list[dict[str, Any]], generation_prompt: bool = True) -> str:
-        return self._r.template.render(messages, tools=self._tools,
-                                       add_generation_prompt=generation_prompt, variables=self._vars)
+        return self._r.template.render(
+            messages, tools=self._tools, add_generation_prompt=generation_prompt, variables=self._vars
+        )
 
     def _restart(self, rendered: str, drift: str | None) -> ThreadDelta:
         ids = list(self._r.encode(rendered))
@@ -348,30 +370,41 @@ class ChatThread:
             at = enc.char_to_token(pos)
             ok = at is not None and enc.token_to_chars(at)[0] == pos and full[at:] == ids
         else:
-            ok = full[len(full) - len(ids):] == ids
+            ok = full[len(full) - len(ids) :] == ids
         if not ok:
             raise DeltaMismatchError(
-                f"the delta {rendered[pos:pos + _EXCERPT]!r} does not start at a token boundary "
-                f"of the full rendering (it merges with {rendered[max(0, pos - 10):pos]!r}): its "
-                f"ids {ids[:8]} differ from the from-scratch ids {full[len(full) - len(ids):][:8]}")
+                f"the delta {rendered[pos : pos + _EXCERPT]!r} does not start at a token boundary "
+                f"of the full rendering (it merges with {rendered[max(0, pos - 10) : pos]!r}): its "
+                f"ids {ids[:8]} differ from the from-scratch ids {full[len(full) - len(ids) :][:8]}"
+            )
 
     def _drift_error(self, rendered: str, history: list[dict[str, Any]]) -> NotAppendOnlyError:
         old = self._text
         p = _common_prefix(old, rendered)
         index = self._message_at(p)
         n_new = len(self._pending)
-        where = "the generation prompt / template glue" if index is None else (
-            f"message {index} ({history[index].get('role')!r})")
-        if index is not None and index == len(self._messages) - 1 and p >= self._content_start \
-                and self._state == "answered":
+        where = (
+            "the generation prompt / template glue"
+            if index is None
+            else (f"message {index} ({history[index].get('role')!r})")
+        )
+        if (
+            index is not None
+            and index == len(self._messages) - 1
+            and p >= self._content_start
+            and self._state == "answered"
+        ):
             where += ", the model's own output: the template does not reproduce it verbatim"
         return NotAppendOnlyError(
             f"chat template is not append-only: rendering the conversation with {n_new} new "
             f"message(s) changes text the thread already holds, at character {p} in {where}: "
-            f"the thread has {old[p:p + _EXCERPT]!r} but the template now renders "
-            f"{rendered[p:p + _EXCERPT]!r}",
-            message_index=index, position=p, expected=old[p:p + _EXCERPT],
-            actual=rendered[p:p + _EXCERPT])
+            f"the thread has {old[p : p + _EXCERPT]!r} but the template now renders "
+            f"{rendered[p : p + _EXCERPT]!r}",
+            message_index=index,
+            position=p,
+            expected=old[p : p + _EXCERPT],
+            actual=rendered[p : p + _EXCERPT],
+        )
 
     def _message_at(self, position: int) -> int | None:
         """Index of the thread message whose rendering covers `position` (error path only)."""
@@ -398,8 +431,9 @@ def _common_prefix(a: str, b: str) -> int:
     return lo
 
 
-def _label_parts(text: str, ids: list[int], enc: Any,
-                 messages: list[tuple[int, dict[str, Any]]]) -> tuple[DeltaPart, ...]:
+def _label_parts(
+    text: str, ids: list[int], enc: Any, messages: list[tuple[int, dict[str, Any]]]
+) -> tuple[DeltaPart, ...]:
     """Split delta ids into observation (a new message's content) and template runs.
 
     Best effort, informational (every delta token has mask 0 whatever its label): a token is an

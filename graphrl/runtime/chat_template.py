@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from graphrl.runtime import chatml_native
 
@@ -104,10 +105,10 @@ def _own_environment() -> Any:
     def raise_exception(message: str) -> None:
         raise jinja2.exceptions.TemplateError(message)
 
-    def tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
-               sort_keys: bool = False) -> str:
-        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                          sort_keys=sort_keys)
+    def tojson(
+        x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None, sort_keys: bool = False
+    ) -> str:
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
     class Generation(jinja2.ext.Extension):  # `{% generation %}` blocks render their body
         tags = {"generation"}
@@ -120,8 +121,9 @@ def _own_environment() -> Any:
         def _body(self, caller: Any) -> str:
             return caller()
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[Generation, jinja2.ext.loopcontrols])
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[Generation, jinja2.ext.loopcontrols]
+    )
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
@@ -141,12 +143,16 @@ class TemplateRenderer:
         # graphrl's own ChatML template is also rendered in Python (chatml_native), byte-identical and
         # >10x faster; it reads no constants, but constants that clash with render()'s own keyword
         # arguments (or are not names) make the Jinja call raise, so those keep the Jinja path.
-        self.native: bool = (bool(native) and chatml_native.renders(source)
-                             and all(type(k) is str and k not in _RENDER_ARGS for k in self._constants))
+        self.native: bool = (
+            bool(native)
+            and chatml_native.renders(source)
+            and all(type(k) is str and k not in _RENDER_ARGS for k in self._constants)
+        )
 
     @classmethod
-    def for_tokenizer(cls, tokenizer: Any, chat_template: str | None = None, *,
-                      native: bool = True) -> "TemplateRenderer":
+    def for_tokenizer(
+        cls, tokenizer: Any, chat_template: str | None = None, *, native: bool = True
+    ) -> TemplateRenderer:
         source = chat_template or getattr(tokenizer, "chat_template", None)
         if isinstance(source, Mapping):  # named templates: the default one, as transformers does
             source = source.get("default")
@@ -154,8 +160,14 @@ class TemplateRenderer:
             raise ValueError(f"{type(tokenizer).__name__} has no chat template; pass chat_template=")
         return cls(source, getattr(tokenizer, "special_tokens_map", {}), native=native)
 
-    def render(self, messages: Iterable[Mapping[str, Any]], *, tools: list[dict] | None = None,
-               add_generation_prompt: bool, variables: Mapping[str, Any] | None = None) -> str:
+    def render(
+        self,
+        messages: Iterable[Mapping[str, Any]],
+        *,
+        tools: list[dict] | None = None,
+        add_generation_prompt: bool,
+        variables: Mapping[str, Any] | None = None,
+    ) -> str:
         """Render messages already passed through `template_message` (plain data)."""
         messages = list(messages)
         if self.native and not variables:
@@ -163,5 +175,6 @@ class TemplateRenderer:
             if text is not None:
                 return text  # else: an input the native renderer declines; Jinja is the reference
         kwargs = {**self._constants, **(variables or {})}
-        return self._compiled.render(messages=messages, tools=tools, documents=None,
-                                     add_generation_prompt=add_generation_prompt, **kwargs)
+        return self._compiled.render(
+            messages=messages, tools=tools, documents=None, add_generation_prompt=add_generation_prompt, **kwargs
+        )

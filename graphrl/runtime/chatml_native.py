@@ -64,8 +64,7 @@ def _not_serializable(o: Any) -> Any:
 def _make_tojson() -> Any:
     reference = json.JSONEncoder(ensure_ascii=False).encode
     try:
-        encode = _c_make_encoder(None, _not_serializable, _encode_basestring, None, ": ", ", ", False, False,
-                                 True)
+        encode = _c_make_encoder(None, _not_serializable, _encode_basestring, None, ": ", ", ", False, False, True)
         probe = {"a": [1, 2.5, None, True, "é\n\U0001d11e"], "b": {"c": float("nan")}}
         if "".join(encode(probe, 0)) != reference(probe):
             return reference
@@ -80,11 +79,15 @@ def _make_tojson() -> Any:
 
 _tojson = _make_tojson()
 
-_TOOLS_HEAD = ("# Tools\n\nThese functions are available to you. Each line inside <tools></tools> is the "
-               "JSON schema of one function:\n<tools>")
-_TOOLS_TAIL = ("\n</tools>\n\nTo call a function, write a JSON object with its name and arguments inside "
-               "<tool_call></tool_call> tags, one block per call:\n<tool_call>\n"
-               '{"name": <function-name>, "arguments": <arguments-json-object>}\n</tool_call><|im_end|>\n')
+_TOOLS_HEAD = (
+    "# Tools\n\nThese functions are available to you. Each line inside <tools></tools> is the "
+    "JSON schema of one function:\n<tools>"
+)
+_TOOLS_TAIL = (
+    "\n</tools>\n\nTo call a function, write a JSON object with its name and arguments inside "
+    "<tool_call></tool_call> tags, one block per call:\n<tool_call>\n"
+    '{"name": <function-name>, "arguments": <arguments-json-object>}\n</tool_call><|im_end|>\n'
+)
 
 # Parts the template's text() macro skips (`part is mapping` is false) and that we accept as such.
 _SKIPPED_PARTS = frozenset({str, int, float, bool, type(None), list, tuple})
@@ -96,8 +99,10 @@ class _Decline(Exception):
 
 def renders(source: str) -> bool:
     """Whether `source` is exactly the template this module reproduces."""
-    return isinstance(source, str) and hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest() \
-        == TEMPLATE_SHA256
+    return (
+        isinstance(source, str)
+        and hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest() == TEMPLATE_SHA256
+    )
 
 
 def render_chatml(messages: Any, tools: Any = None, add_generation_prompt: Any = False) -> str | None:

@@ -22,8 +22,9 @@ import asyncio
 import dataclasses
 import functools
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from ..engines.base import EngineError, Generation
 from ..plan import Plan
@@ -61,8 +62,16 @@ class RolloutResult:
 
 
 class Executor:
-    def __init__(self, plan: Plan, endpoints: Endpoints, *, tools: ToolRunner, rewards: RewardScorer,
-                 sampling: Mapping[str, Any] | None = None, clock=time.monotonic):
+    def __init__(
+        self,
+        plan: Plan,
+        endpoints: Endpoints,
+        *,
+        tools: ToolRunner,
+        rewards: RewardScorer,
+        sampling: Mapping[str, Any] | None = None,
+        clock=time.monotonic,
+    ):
         self.plan = plan
         self.endpoints = endpoints
         self.tools = tools
@@ -90,7 +99,7 @@ class Executor:
             r.status, r.error = exc.status, str(exc)
         except FAULTS as exc:
             r.status, r.error = "failed", f"{type(exc).__name__}: {exc}"
-        except Exception as exc:  # noqa: BLE001 - invariant 4: one bad rollout never takes down the batch
+        except Exception as exc:
             r.status, r.error = "failed", f"internal error: {type(exc).__name__}: {exc}"
         reward = None
         if r.status in ("completed", "truncated") and self.plan.reward is not None:
@@ -103,15 +112,30 @@ class Executor:
                 reward = None
                 r.status, r.error = "failed", f"reward: {type(exc).__name__}: {exc}"
         samples = self._finish_samples(r, reward)
-        return RolloutResult(inp.rollout_id, inp.group, r.status, reward, samples, tuple(r.path),
-                             tuple(r.calls), r.error, dict(r.state), self.clock() - t0, r.engine_s)
+        return RolloutResult(
+            inp.rollout_id,
+            inp.group,
+            r.status,
+            reward,
+            samples,
+            tuple(r.path),
+            tuple(r.calls),
+            r.error,
+            dict(r.state),
+            self.clock() - t0,
+            r.engine_s,
+        )
 
     # ------------------------------------------------------------------ graph walk
     def _init(self, r: RolloutState) -> None:
         row = dict(r.inp.row)
         row.setdefault("metadata", {})
-        base = {"prompt": row.get("prompt"), "label": row.get("label"), "metadata": row.get("metadata") or {},
-                "row": row}
+        base = {
+            "prompt": row.get("prompt"),
+            "label": row.get("label"),
+            "metadata": row.get("metadata") or {},
+            "row": row,
+        }
         r.ns.update(self.plan.constants)
         r.ns.update(row=row, visits=r.visits, threads={})
         for name, decl in self.plan.inputs.items():
@@ -121,8 +145,9 @@ class Executor:
                 value = None
             if value is None:
                 if decl.required and decl.default is None:
-                    raise RolloutFault(f"{self.plan.span('inputs', name)}: input '{name}' ({decl.from_}) "
-                                       "is missing from the data row")
+                    raise RolloutFault(
+                        f"{self.plan.span('inputs', name)}: input '{name}' ({decl.from_}) is missing from the data row"
+                    )
                 value = decl.default
             r.ns[name] = value
         for name, var in self.plan.state.items():
@@ -175,8 +200,9 @@ class Executor:
             batch: list[tuple[int, dict[str, Any]]] = []  # (visit, ctx) of the items that run together
             while i < len(items) and len(batch) < width:
                 # max_visits stops the items early, max_steps truncates the rollout
-                if i and (self._out_of_steps(r) or (node.max_visits is not None
-                                                     and r.visits.get(nid, 0) >= node.max_visits)):
+                if i and (
+                    self._out_of_steps(r) or (node.max_visits is not None and r.visits.get(nid, 0) >= node.max_visits)
+                ):
                     i = len(items)
                     break
                 r.steps += 1
@@ -208,8 +234,9 @@ class Executor:
         ctx["output"] = output if output is not None else NodeResult()
         return handler.route(self, nid, node, ctx)
 
-    async def _run_items(self, r: RolloutState, nid: str, node: Any, handler: Any,
-                         batch: list[tuple[int, dict[str, Any]]]) -> list[Any]:
+    async def _run_items(
+        self, r: RolloutState, nid: str, node: Any, handler: Any, batch: list[tuple[int, dict[str, Any]]]
+    ) -> list[Any]:
         """The handler once per (visit, ctx), concurrently; results (or exceptions) in item order, and
         the samples they made in item order too (not in the order the calls happened to finish)."""
         if len(batch) == 1:
@@ -219,14 +246,17 @@ class Executor:
             except FAULTS as exc:
                 return [exc]
         first = len(r.samples)
-        results = await asyncio.gather(*(handler.run(self, r, nid, node, visit, ctx) for visit, ctx in batch),
-                                       return_exceptions=True)
+        results = await asyncio.gather(
+            *(handler.run(self, r, nid, node, visit, ctx) for visit, ctx in batch), return_exceptions=True
+        )
         made = r.samples[first:]
         made.sort(key=lambda s: s.spans[0].visit if isinstance(s, TrainingSample) and s.spans else 0)
         r.samples[first:] = made
         return list(results)
 
-    def _record(self, r: RolloutState, nid: str, node: Any, visit: int, ctx: dict[str, Any], output: NodeResult) -> None:
+    def _record(
+        self, r: RolloutState, nid: str, node: Any, visit: int, ctx: dict[str, Any], output: NodeResult
+    ) -> None:
         """A visit's result: the node's name and `output` bound, its state writes, its append_to."""
         ctx["output"] = output
         ctx[nid] = output
@@ -270,11 +300,13 @@ class Executor:
             # Tokenising a long document is CPU work: keep it off the event loop.
             ids = await asyncio.to_thread(renderer.encode, text)
             step = fe.chunk_tokens
-            items = [renderer.decode(ids[i:i + step]) for i in range(0, len(ids), step)]
+            items = [renderer.decode(ids[i : i + step]) for i in range(0, len(ids), step)]
         elif isinstance(value, str):
-            raise RenderError(self.plan.span("nodes", nid, "foreach", "over"),
-                              f"foreach over a text ({len(value)} characters) would run once per character: "
-                              "add chunk_tokens: N to split it into N-token chunks, or iterate a list")
+            raise RenderError(
+                self.plan.span("nodes", nid, "foreach", "over"),
+                f"foreach over a text ({len(value)} characters) would run once per character: "
+                "add chunk_tokens: N to split it into N-token chunks, or iterate a list",
+            )
         else:
             items = list(value or [])
         return items[: fe.max] if fe.max else items
@@ -290,8 +322,12 @@ class Executor:
             tools = self.render.value(("threads", name, "tools"), decl.tools, ctx) if decl.tools else None
             self.plain_text(("threads", name, "tools"), tools)
             chat = self.endpoints.renderer(POLICY).thread(msgs, tools=tools)
-            th = r.threads[name] = TrainedThread(chat, sampled=name in self.plan.training.threads,
-                                                 rollout_id=r.inp.rollout_id, on_sample=r.samples.append)
+            th = r.threads[name] = TrainedThread(
+                chat,
+                sampled=name in self.plan.training.threads,
+                rollout_id=r.inp.rollout_id,
+                on_sample=r.samples.append,
+            )
         return th
 
     def user_callable(self, ref: str):
@@ -313,9 +349,12 @@ class Executor:
                 out.extend(dict(x) for x in value)
             else:
                 bad = next((x for x in value if not _is_message(x)), None) if isinstance(value, list) else value
-                raise RenderError(self.plan.span(*path, i), "messages: must give a string or a list of "
-                                  "{role, content} mappings (role a string, content a string, a list or null); "
-                                  f"got {_excerpt(bad)}")
+                raise RenderError(
+                    self.plan.span(*path, i),
+                    "messages: must give a string or a list of "
+                    "{role, content} mappings (role a string, content a string, a list or null); "
+                    f"got {_excerpt(bad)}",
+                )
             self.plain_text(path + (i,), out[-1] if role != "messages" or isinstance(value, str) else value)
         return out
 
@@ -324,12 +363,15 @@ class Executor:
         surrogate, e.g. from a JSON escape like \\ud800 in a data row): no tokenizer can encode it."""
         bad = _lone_surrogate(value)
         if bad is not None:
-            raise RenderError(self.plan.span(*path), f"text holds a lone surrogate (U+{ord(bad):04X}): "
-                              "not valid Unicode, cannot be tokenised")
+            raise RenderError(
+                self.plan.span(*path),
+                f"text holds a lone surrogate (U+{ord(bad):04X}): not valid Unicode, cannot be tokenised",
+            )
         return value
 
-    async def generate(self, r: RolloutState, model: str, ids: tuple[int, ...], params: dict[str, Any],
-                        nid: str, visit: int) -> tuple[Generation, CallRecord]:
+    async def generate(
+        self, r: RolloutState, model: str, ids: tuple[int, ...], params: dict[str, Any], nid: str, visit: int
+    ) -> tuple[Generation, CallRecord]:
         engine = self.endpoints.engine(model)
         sem = self.endpoints.semaphore(model)
         if r.inp.seed is not None:
@@ -348,9 +390,18 @@ class Executor:
         n_out = len(gen.output_ids)
         prompt_tokens = gen.prompt_tokens or len(ids)
         cost = (prompt_tokens * price.input + n_out * price.output) / 1e6 if price else 0.0
-        call = CallRecord(node=nid, visit=visit, endpoint=model, prompt_tokens=prompt_tokens,
-                          completion_tokens=n_out, cached_tokens=gen.cached_tokens, latency_s=round(latency, 6),
-                          finish_reason=gen.finish_reason.type, cost=cost, start_s=start_s)
+        call = CallRecord(
+            node=nid,
+            visit=visit,
+            endpoint=model,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=n_out,
+            cached_tokens=gen.cached_tokens,
+            latency_s=round(latency, 6),
+            finish_reason=gen.finish_reason.type,
+            cost=cost,
+            start_s=start_s,
+        )
         r.calls.append(call)
         if model == POLICY:
             r.policy_tokens += len(ids) + n_out
@@ -363,8 +414,13 @@ class Executor:
             raise UnknownModel(f"{self.plan.span('reward', 'judge')}: judge model '{model}' is not declared")
         renderer = self.endpoints.renderer(model)
         ids = renderer.start(messages)
-        params = {**self.sampling, "max_new_tokens": max_tokens, "temperature": 0.0,
-                  "stop_token_ids": sorted(renderer.stop_token_ids), "skip_special_tokens": False}
+        params = {
+            **self.sampling,
+            "max_new_tokens": max_tokens,
+            "temperature": 0.0,
+            "stop_token_ids": sorted(renderer.stop_token_ids),
+            "skip_special_tokens": False,
+        }
         gen, _ = await self.generate(r, model, ids, params, "reward", 1)
         return strip_stop(renderer, gen.output_ids)
 
@@ -377,8 +433,9 @@ class Executor:
         judge = functools.partial(self._judge, r)
         values = {}
         for path, fn, args in spec.items():
-            value = await self.rewards.score(fn, self.render.value(path, args, ctx), judge_model=spec.judge,
-                                             judge=judge)
+            value = await self.rewards.score(
+                fn, self.render.value(path, args, ctx), judge_model=spec.judge, judge=judge
+            )
             if spec.terms is None:
                 return value
             if value is None:
@@ -419,15 +476,22 @@ def usage(calls: list[CallRecord]) -> dict[str, Any]:
         e["cost"] += c.cost
         e["latency_s"] += c.latency_s
         e["tokens"] += c.prompt_tokens + c.completion_tokens
-    return {"cost": sum(c.cost for c in calls), "latency_s": sum(c.latency_s for c in calls),
-            "prompt_tokens": sum(c.prompt_tokens for c in calls),
-            "completion_tokens": sum(c.completion_tokens for c in calls),
-            "calls": by_node, "endpoints": by_endpoint}
+    return {
+        "cost": sum(c.cost for c in calls),
+        "latency_s": sum(c.latency_s for c in calls),
+        "prompt_tokens": sum(c.prompt_tokens for c in calls),
+        "completion_tokens": sum(c.completion_tokens for c in calls),
+        "calls": by_node,
+        "endpoints": by_endpoint,
+    }
 
 
 def _is_message(x: Any) -> bool:
-    return (isinstance(x, Mapping) and isinstance(x.get("role"), str)
-            and (x.get("content") is None or isinstance(x.get("content"), (str, list))))
+    return (
+        isinstance(x, Mapping)
+        and isinstance(x.get("role"), str)
+        and (x.get("content") is None or isinstance(x.get("content"), (str, list)))
+    )
 
 
 def _excerpt(value: Any, n: int = 80) -> str:

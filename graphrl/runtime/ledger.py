@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import math
 import operator
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 KINDS = ("generated", "observation", "template", "padding")
 STATUSES = ("completed", "truncated", "aborted", "failed")
@@ -50,11 +51,17 @@ class Span:
     kind: str
 
     def to_json(self) -> dict[str, Any]:
-        return {"node": self.node, "visit": self.visit, "start": self.start, "end": self.end,
-                "mask": self.mask, "kind": self.kind}
+        return {
+            "node": self.node,
+            "visit": self.visit,
+            "start": self.start,
+            "end": self.end,
+            "mask": self.mask,
+            "kind": self.kind,
+        }
 
     @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> "Span":
+    def from_json(cls, d: Mapping[str, Any]) -> Span:
         return cls(d["node"], d["visit"], d["start"], d["end"], d["mask"], d["kind"])
 
 
@@ -78,7 +85,7 @@ class CallRecord:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
     @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> "CallRecord":
+    def from_json(cls, d: Mapping[str, Any]) -> CallRecord:
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
 
@@ -113,17 +120,19 @@ class TrainingSample:
 
     @property
     def response_ids(self) -> tuple[int, ...]:
-        return self.tokens[self.prompt_length:]
+        return self.tokens[self.prompt_length :]
 
-    def with_reward(self, reward: float | dict[str, float] | None) -> "TrainingSample":
+    def with_reward(self, reward: float | dict[str, float] | None) -> TrainingSample:
         return replace(self, reward=reward)
 
     def check_invariants(self) -> None:
         """Raise LedgerError unless docs/architecture.md invariants 1 (shape), 2 and 5 hold."""
         n = self.response_length
         if not (len(self.loss_mask) == n == len(self.rollout_log_probs)):
-            raise LedgerError(f"len(loss_mask)={len(self.loss_mask)}, response_length={n}, "
-                              f"len(rollout_log_probs)={len(self.rollout_log_probs)} differ")
+            raise LedgerError(
+                f"len(loss_mask)={len(self.loss_mask)}, response_length={n}, "
+                f"len(rollout_log_probs)={len(self.rollout_log_probs)} differ"
+            )
         if n < 1 or self.prompt_length < 1:
             raise LedgerError(f"prompt ({self.prompt_length}) and response ({n}) need >= 1 token each")
         if self.status not in STATUSES:
@@ -135,9 +144,9 @@ class TrainingSample:
                 raise LedgerError(f"span {span} does not continue the spans at {pos} (or is empty)")
             if span.end > n:
                 raise LedgerError(f"span {span} ends past the response ({n} tokens)")
-            if self.loss_mask[span.start:span.end].count(span.mask) != span.end - span.start:
+            if self.loss_mask[span.start : span.end].count(span.mask) != span.end - span.start:
                 raise LedgerError(f"loss_mask inside span {span} is not all {span.mask}")
-            if span.mask == 0 and any(self.rollout_log_probs[span.start:span.end]):
+            if span.mask == 0 and any(self.rollout_log_probs[span.start : span.end]):
                 raise LedgerError(f"masked tokens of span {span} have non-zero log-probs")
             pos = span.end
         if pos != n:
@@ -146,24 +155,32 @@ class TrainingSample:
     def to_json(self) -> dict[str, Any]:
         """A JSON-serialisable dict (one trajectory line); `from_json` inverts it exactly."""
         return {
-            "rollout_id": self.rollout_id, "index": self.index, "status": self.status,
-            "reward": self.reward, "tokens": list(self.tokens),
-            "response_length": self.response_length, "loss_mask": list(self.loss_mask),
+            "rollout_id": self.rollout_id,
+            "index": self.index,
+            "status": self.status,
+            "reward": self.reward,
+            "tokens": list(self.tokens),
+            "response_length": self.response_length,
+            "loss_mask": list(self.loss_mask),
             "rollout_log_probs": list(self.rollout_log_probs),
-            "spans": [s.to_json() for s in self.spans], "calls": [c.to_json() for c in self.calls],
+            "spans": [s.to_json() for s in self.spans],
+            "calls": [c.to_json() for c in self.calls],
             "metadata": dict(self.metadata),
         }
 
     @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> "TrainingSample":
+    def from_json(cls, d: Mapping[str, Any]) -> TrainingSample:
         sample = cls(
-            tokens=tuple(d["tokens"]), response_length=d["response_length"],
+            tokens=tuple(d["tokens"]),
+            response_length=d["response_length"],
             loss_mask=tuple(d["loss_mask"]),
             rollout_log_probs=tuple(float(x) for x in d["rollout_log_probs"]),
             spans=tuple(Span.from_json(s) for s in d["spans"]),
             calls=tuple(CallRecord.from_json(c) for c in d.get("calls", ())),
-            rollout_id=d.get("rollout_id"), index=d.get("index", 0),
-            status=d.get("status", "completed"), reward=d.get("reward"),
+            rollout_id=d.get("rollout_id"),
+            index=d.get("index", 0),
+            status=d.get("status", "completed"),
+            reward=d.get("reward"),
             metadata=dict(d.get("metadata") or {}),
         )
         sample.check_invariants()
@@ -210,8 +227,7 @@ def _token_ids(ids: Sequence[int], what: str) -> list[int]:
 class SampleBuilder:
     """A sample under construction: prompt set once, then append-only. `freeze()` -> TrainingSample."""
 
-    def __init__(self, prompt_ids: Sequence[int] | None = None, *,
-                 rollout_id: int | str | None = None, index: int = 0):
+    def __init__(self, prompt_ids: Sequence[int] | None = None, *, rollout_id: int | str | None = None, index: int = 0):
         self.rollout_id = rollout_id
         self.index = index
         self._prompt: list[int] | None = None
@@ -243,8 +259,16 @@ class SampleBuilder:
             raise LedgerError("the prompt must have at least one token")
         self._prompt = prompt
 
-    def append(self, ids: Sequence[int], *, mask: int, logprobs: Sequence[float] | None = None,
-               node: str, visit: int, kind: str) -> Span | None:
+    def append(
+        self,
+        ids: Sequence[int],
+        *,
+        mask: int,
+        logprobs: Sequence[float] | None = None,
+        node: str,
+        visit: int,
+        kind: str,
+    ) -> Span | None:
         """Append one run of tokens; returns its span (None for an empty run, which adds nothing).
 
         kind "generated": engine output; `logprobs` required, one per id; stored as given when
@@ -280,8 +304,13 @@ class SampleBuilder:
             raise LedgerError(f"expected a CallRecord, got {type(call).__name__}")
         self._calls.append(call)
 
-    def freeze(self, *, status: str | None = None, reward: float | dict[str, float] | None = None,
-               metadata: Mapping[str, Any] | None = None) -> TrainingSample:
+    def freeze(
+        self,
+        *,
+        status: str | None = None,
+        reward: float | dict[str, float] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> TrainingSample:
         """The finished sample. status None: from the last call's finish reason (none: completed)."""
         if self._prompt is None:
             raise LedgerError("a sample needs a prompt")
@@ -289,17 +318,24 @@ class SampleBuilder:
             status = status_for_finish(self._calls[-1].finish_reason) if self._calls else "completed"
         sample = TrainingSample(
             tokens=tuple(self._prompt) + tuple(self._response),
-            response_length=len(self._response), loss_mask=tuple(self._mask),
-            rollout_log_probs=tuple(self._logprobs), spans=tuple(self._spans),
-            calls=tuple(self._calls), rollout_id=self.rollout_id, index=self.index,
-            status=status, reward=reward, metadata=dict(metadata or {}),
+            response_length=len(self._response),
+            loss_mask=tuple(self._mask),
+            rollout_log_probs=tuple(self._logprobs),
+            spans=tuple(self._spans),
+            calls=tuple(self._calls),
+            rollout_id=self.rollout_id,
+            index=self.index,
+            status=status,
+            reward=reward,
+            metadata=dict(metadata or {}),
         )
         sample.check_invariants()
         return sample
 
 
-def assign_credit(reward: float | Mapping[str, float], n_samples: int,
-                  mode: str) -> tuple[float | dict[str, float], ...]:
+def assign_credit(
+    reward: float | Mapping[str, float], n_samples: int, mode: str
+) -> tuple[float | dict[str, float], ...]:
     """One rollout's reward -> one credit per sample. "broadcast": each gets the reward;
     "even": each gets reward / n_samples (so the credits sum to the reward). Dicts per key."""
     if not isinstance(n_samples, int) or n_samples < 1:
@@ -313,8 +349,7 @@ def assign_credit(reward: float | Mapping[str, float], n_samples: int,
     return (float(reward) * share,) * n_samples
 
 
-def check_fanout(samples: Sequence[TrainingSample], reward: float | Mapping[str, float],
-                 mode: str) -> None:
+def check_fanout(samples: Sequence[TrainingSample], reward: float | Mapping[str, float], mode: str) -> None:
     """Raise FanoutError unless the siblings share a rollout_id and carry `reward` exactly once
     (even: credits sum to it; broadcast: each equals it)."""
     if not samples:
@@ -338,8 +373,10 @@ def check_fanout(samples: Sequence[TrainingSample], reward: float | Mapping[str,
         if mode == "even":
             total = math.fsum(got)
             if not math.isclose(total, target, rel_tol=1e-9, abs_tol=1e-12):
-                raise FanoutError(f"even credit: sibling rewards{label} sum to {total}, "
-                                  f"the rollout reward is {target} (multiplied by fan-out?)")
+                raise FanoutError(
+                    f"even credit: sibling rewards{label} sum to {total}, "
+                    f"the rollout reward is {target} (multiplied by fan-out?)"
+                )
         elif mode == "broadcast":
             if any(not math.isclose(g, target, rel_tol=1e-12, abs_tol=0.0) for g in got):
                 raise FanoutError(f"broadcast credit: sibling rewards{label} {got} != {target}")

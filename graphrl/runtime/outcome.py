@@ -21,8 +21,9 @@ Rules (a target adapter applies them and only writes its framework's fields):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from ..plan import Plan
 from .ledger import TrainingSample

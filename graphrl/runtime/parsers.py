@@ -14,8 +14,9 @@ from __future__ import annotations
 import ast
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ..spec.model import Parse, snake
 
@@ -34,7 +35,7 @@ class ParseResult:
 def strip_think(text: str) -> str:
     """Everything after the last </think> (the whole text when there is none)."""
     i = text.rfind(_THINK_END)
-    return text[i + len(_THINK_END):] if i >= 0 else text
+    return text[i + len(_THINK_END) :] if i >= 0 else text
 
 
 def strip_markdown(text: str) -> str:
@@ -74,7 +75,7 @@ def field_blocks(text: str, names: list[str]) -> dict[str, str]:
     for i, m in enumerate(marks):
         end = marks[i + 1].start() if i + 1 < len(marks) else len(text)
         canonical = next(n for n in names if n.lower() == m.group(1).lower())
-        out[snake(canonical)] = text[m.end():end].strip()
+        out[snake(canonical)] = text[m.end() : end].strip()
     return out
 
 
@@ -182,8 +183,9 @@ def _one(p: Parse, text: str, custom: Callable[[str], Callable[[str], Any]] | No
     return ParseResult(not problems, fields, "; ".join(problems) or None)
 
 
-def parse_output(p: Parse | None, text: str,
-                 custom: Callable[[str], Callable[[str], Any]] | None = None) -> ParseResult:
+def parse_output(
+    p: Parse | None, text: str, custom: Callable[[str], Callable[[str], Any]] | None = None
+) -> ParseResult:
     """Run a parse block with fallbacks and defaults."""
     if p is None:
         return ParseResult(True)

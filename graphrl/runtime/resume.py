@@ -15,8 +15,9 @@ mismatch too -- appending to it could mix two runs silently; nothing is written 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ..errors import UsageProblem
 
@@ -44,8 +45,10 @@ def first_record(path: Path) -> dict[str, Any] | None:
 def differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     out = []
     if old.get("plan_sha256") != new.get("plan_sha256"):
-        out.append(f"graph: {old.get('graph')} (plan {str(old.get('plan_sha256'))[:12]}) vs {new.get('graph')} "
-                   f"(plan {str(new.get('plan_sha256'))[:12]})")
+        out.append(
+            f"graph: {old.get('graph')} (plan {str(old.get('plan_sha256'))[:12]}) vs {new.get('graph')} "
+            f"(plan {str(new.get('plan_sha256'))[:12]})"
+        )
     was, now = old.get("run") or {}, new.get("run") or {}
     for key in sorted(set(was) | set(now)):
         if was.get(key) != now.get(key):
@@ -59,9 +62,13 @@ def check_resume(path: str | Path, current: Mapping[str, Any]) -> None:
     if rec is None:
         return
     if not isinstance(rec.get("run"), dict):
-        raise ResumeMismatch(f"{path} holds trajectories without recorded run settings, so this run cannot resume "
-                             "it safely: pass --force to overwrite it, or choose a new --out")
+        raise ResumeMismatch(
+            f"{path} holds trajectories without recorded run settings, so this run cannot resume "
+            "it safely: pass --force to overwrite it, or choose a new --out"
+        )
     diff = differences(rec, current)
     if diff:
-        raise ResumeMismatch(f"{path} was written with other settings ({'; '.join(diff)}; file vs now): pass --force "
-                             "to overwrite it, or choose a new --out")
+        raise ResumeMismatch(
+            f"{path} was written with other settings ({'; '.join(diff)}; file vs now): pass --force "
+            "to overwrite it, or choose a new --out"
+        )

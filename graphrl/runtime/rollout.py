@@ -7,8 +7,9 @@ Invariant: handlers change a rollout only through its `RolloutState` and these s
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Protocol
 
 from ..engines.base import Generation
 from ..plan import Plan
@@ -66,7 +67,8 @@ class StepServices(Protocol):
 
     def messages(self, path: tuple, prompt: Any, ctx: dict[str, Any]) -> list[dict[str, Any]]: ...
 
-    async def generate(self, r: RolloutState, model: str, ids: tuple[int, ...], params: dict[str, Any],
-                       nid: str, visit: int) -> tuple[Generation, CallRecord]: ...
+    async def generate(
+        self, r: RolloutState, model: str, ids: tuple[int, ...], params: dict[str, Any], nid: str, visit: int
+    ) -> tuple[Generation, CallRecord]: ...
 
     def user_callable(self, ref: str) -> Callable[..., Any]: ...

@@ -21,9 +21,10 @@ import os
 import sys
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from ..data.jsonl import MAX_LINE_BYTES, iter_jsonl
 from .executor import Executor, RolloutInput, RolloutResult
@@ -56,7 +57,11 @@ class RunSummary:
         if res.reward is not None:
             r: Any = res.reward
             if isinstance(r, dict):
-                r = r.get(reward_key) if reward_key else next((v for v in r.values() if isinstance(v, (int, float))), None)
+                r = (
+                    r.get(reward_key)
+                    if reward_key
+                    else next((v for v in r.values() if isinstance(v, (int, float))), None)
+                )
             if isinstance(r, (int, float)):
                 self.rewards.append(float(r))
         for s in res.samples:
@@ -87,8 +92,10 @@ class RunSummary:
             f"{'node':<20} {'calls':>7} {'generated':>10} {'trained':>10} {'masked':>10}",
         ]
         for node in sorted(set(self.calls) | set(self.trained) | set(self.masked)):
-            lines.append(f"{node:<20} {self.calls[node]:>7} {self.generated[node]:>10} "
-                         f"{self.trained[node]:>10} {self.masked[node]:>10}")
+            lines.append(
+                f"{node:<20} {self.calls[node]:>7} {self.generated[node]:>10} "
+                f"{self.trained[node]:>10} {self.masked[node]:>10}"
+            )
         if self.errors:
             lines.append("")
             lines += [f"error x{n}: {e}" for e, n in self.errors.most_common(5)]
@@ -102,8 +109,9 @@ def error_key(error: str, width: int = 200) -> str:
     return message if len(message) <= width else message[: width - 3] + "..."
 
 
-def read_rows(path: str | Path, limit: int | None = None, *, max_row_bytes: int = MAX_LINE_BYTES
-              ) -> list[dict[str, Any]]:
+def read_rows(
+    path: str | Path, limit: int | None = None, *, max_row_bytes: int = MAX_LINE_BYTES
+) -> list[dict[str, Any]]:
     """JSONL rows (lines end with \\n; \\r\\n works too). Any bad line -- not UTF-8, not JSON, nested
     past Python's recursion limit, a number Python will not convert, not an object -- is a ValueError
     located at it (file:line:col); nothing else is raised for the file's content."""
@@ -155,26 +163,49 @@ def completed_groups(path: Path) -> set[int]:
     return {g for g, n in lines.items() if n == expected.get(g)}
 
 
-def sample_line(res: RolloutResult, s: TrainingSample | None, *, row_index: int, n: int, decode: Callable,
-                base: dict[str, Any]) -> dict[str, Any]:
+def sample_line(
+    res: RolloutResult, s: TrainingSample | None, *, row_index: int, n: int, decode: Callable, base: dict[str, Any]
+) -> dict[str, Any]:
     rec: dict[str, Any] = dict(base)
-    rec.update(row_index=row_index, group=res.group, n=n, rollout_id=res.rollout_id,
-               sample_index=s.index if s else 0, num_samples=len(res.samples), status=s.status if s else res.status,
-               reward=s.reward if s else None, rollout_reward=res.reward, error=res.error)
+    rec.update(
+        row_index=row_index,
+        group=res.group,
+        n=n,
+        rollout_id=res.rollout_id,
+        sample_index=s.index if s else 0,
+        num_samples=len(res.samples),
+        status=s.status if s else res.status,
+        reward=s.reward if s else None,
+        rollout_reward=res.reward,
+        error=res.error,
+    )
     if s is not None:
         rec.update(s.to_json())
         rec["response"] = decode(s.response_ids)
         rec["prompt_length"] = s.prompt_length
     if s is None or s.index == 0:
-        rec["rollout"] = {"path": [list(p) for p in res.path], "calls": [c.to_json() for c in res.calls],
-                          "elapsed_s": round(res.elapsed_s, 6), "engine_s": round(res.engine_s, 6)}
+        rec["rollout"] = {
+            "path": [list(p) for p in res.path],
+            "calls": [c.to_json() for c in res.calls],
+            "elapsed_s": round(res.elapsed_s, 6),
+            "engine_s": round(res.engine_s, 6),
+        }
     return rec
 
 
-async def run_dataset(executor: Executor, rows: list[dict[str, Any]], out: str | Path, *, n_samples: int = 1,
-                      concurrency: int = 8, seed: int | None = None, decode: Callable = str,
-                      group_reward: Callable[[list[RolloutResult]], list[RolloutResult]] | None = None,
-                      progress: bool = True, settings: dict[str, Any] | None = None) -> RunSummary:
+async def run_dataset(
+    executor: Executor,
+    rows: list[dict[str, Any]],
+    out: str | Path,
+    *,
+    n_samples: int = 1,
+    concurrency: int = 8,
+    seed: int | None = None,
+    decode: Callable = str,
+    group_reward: Callable[[list[RolloutResult]], list[RolloutResult]] | None = None,
+    progress: bool = True,
+    settings: dict[str, Any] | None = None,
+) -> RunSummary:
     """`settings` (engine, model, tokenizer, ...) are recorded on every line under "run"; with them,
     an existing `out` is resumed only when it was written with the same settings (runtime/resume.py)."""
     out = Path(out)
@@ -197,9 +228,15 @@ async def run_dataset(executor: Executor, rows: list[dict[str, Any]], out: str |
         nonlocal finished
         async with sem:
             rid = i * n_samples + n
-            res = await executor.run(RolloutInput(row=rows[i], rollout_id=rid, group=i,
-                                                  seed=None if seed is None else seed + rid,
-                                                  session_id=f"graphrl-{plan.name}-{rid}"))
+            res = await executor.run(
+                RolloutInput(
+                    row=rows[i],
+                    rollout_id=rid,
+                    group=i,
+                    seed=None if seed is None else seed + rid,
+                    session_id=f"graphrl-{plan.name}-{rid}",
+                )
+            )
         finished += 1
         if progress:
             _progress(finished, total, t0)

@@ -12,7 +12,8 @@ declaration (overwrite / append / keyed) and its truncation limits.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from jinja2 import Undefined
 from jinja2.exceptions import TemplateError, TemplateSyntaxError, UndefinedError
@@ -50,8 +51,10 @@ class Renderer:
         fn = self._cache.get(key)
         if fn is None:
             fn = self._cache[key] = _fast(self.env, text, mode) or (
-                compile_expression(self.env, text) if mode == "expr"
-                else compile_template(self.env, text, native=(mode == "native")))
+                compile_expression(self.env, text)
+                if mode == "expr"
+                else compile_template(self.env, text, native=(mode == "native"))
+            )
         return fn
 
     def _run(self, path: tuple, text: str, mode: str, ctx: dict) -> Any:
@@ -75,8 +78,12 @@ class Renderer:
         if isinstance(value, str):
             return self._run(path, value, "native", ctx) if "{" in value else value
         if isinstance(value, dict):
-            return {(self.text(path + (k,), k, ctx) if isinstance(k, str) and "{" in k else k):
-                    self.value(path + (k,), v, ctx) for k, v in value.items()}
+            return {
+                (self.text(path + (k,), k, ctx) if isinstance(k, str) and "{" in k else k): self.value(
+                    path + (k,), v, ctx
+                )
+                for k, v in value.items()
+            }
         if isinstance(value, list):
             return [self.value(path + (i,), v, ctx) for i, v in enumerate(value)]
         return value
@@ -114,6 +121,7 @@ def _path_lookup(expr: str, slow: Callable[[dict], Any], text: bool) -> Callable
             else:
                 return slow(ctx)
         return (obj if type(obj) is str else str(obj)) if text else obj
+
     return lookup
 
 
@@ -145,19 +153,24 @@ def _fast_jinja(env: Any, text: str, mode: str) -> Callable[[dict], Any] | None:
             except TemplateSyntaxError:  # e.g. "{{ a }} text }}": not one expression after all
                 pass
     try:
-        tmpl = (env.compile_expression(source, undefined_to_none=False)._template if mode == "expr"
-                else env.from_string(source))
+        tmpl = (
+            env.compile_expression(source, undefined_to_none=False)._template
+            if mode == "expr"
+            else env.from_string(source)
+        )
         new_context, root = tmpl.new_context, tmpl.root_render_func
     except AttributeError:
         return None
     g = dict(tmpl.globals)
     tmpl.globals = g  # a plain dict: each Context copies its keys (a ChainMap iterates in Python)
     if mode == "expr":
+
         def expr(ctx: dict) -> Any:
             context = new_context({**g, **ctx}, shared=True)
             for _ in root(context):
                 pass
             return context.vars.get("result")
+
         return expr
     concat = env.concat
     return lambda ctx: concat(root(new_context({**g, **ctx}, shared=True)))
@@ -173,7 +186,7 @@ def cut(text: str, limit: int | None, where: str = "middle") -> str:
     if where == "start":
         return marker + text[-limit:]
     head = limit // 2
-    return text[:head] + marker + text[len(text) - (limit - head):]
+    return text[:head] + marker + text[len(text) - (limit - head) :]
 
 
 def _cut_value(decl: StateVar, value: Any) -> Any:
@@ -199,13 +212,14 @@ def merge_state(state: dict[str, Any], name: str, decl: StateVar, value: Any) ->
         items.append(value)
     else:  # keyed
         if not isinstance(value, dict):
-            raise TypeError(f"state '{name}' is keyed: an update must be a mapping {{key: value}}, got {type(value).__name__}")
+            raise TypeError(
+                f"state '{name}' is keyed: an update must be a mapping {{key: value}}, got {type(value).__name__}"
+            )
         merged = dict(state.get(name) or {})
         for k, v in value.items():
             merged.pop(k, None)
             merged[k] = v
         items = merged  # type: ignore[assignment]
     if decl.max_items is not None and len(items) > decl.max_items:
-        items = (items[-decl.max_items:] if isinstance(items, list)
-                 else dict(list(items.items())[-decl.max_items:]))
+        items = items[-decl.max_items :] if isinstance(items, list) else dict(list(items.items())[-decl.max_items :])
     state[name] = items

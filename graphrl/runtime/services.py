@@ -10,8 +10,9 @@ endpoint (slime's router falls back silently; graphrl does not).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Mapping, Protocol
+from typing import Any, Protocol
 
 from ..engines.base import Engine
 from ..plan import Plan
@@ -33,9 +34,14 @@ class Endpoints(Protocol):
 class StaticEndpoints:
     """Engines by model name; one renderer for all unless given per model; optional concurrency caps."""
 
-    def __init__(self, engines: Mapping[str, Engine], renderer: ChatRenderer, *,
-                 renderers: Mapping[str, ChatRenderer] | None = None,
-                 max_concurrency: Mapping[str, int] | None = None):
+    def __init__(
+        self,
+        engines: Mapping[str, Engine],
+        renderer: ChatRenderer,
+        *,
+        renderers: Mapping[str, ChatRenderer] | None = None,
+        max_concurrency: Mapping[str, int] | None = None,
+    ):
         self._engines = dict(engines)
         self._renderer = renderer
         self._renderers = dict(renderers or {})
@@ -66,8 +72,13 @@ class StaticEndpoints:
             await engine.close()
 
 
-def endpoints_for_plan(plan: Plan, engines: Mapping[str, Engine], renderer: ChatRenderer, *,
-                       renderers: Mapping[str, ChatRenderer] | None = None) -> StaticEndpoints:
+def endpoints_for_plan(
+    plan: Plan,
+    engines: Mapping[str, Engine],
+    renderer: ChatRenderer,
+    *,
+    renderers: Mapping[str, ChatRenderer] | None = None,
+) -> StaticEndpoints:
     """`StaticEndpoints` with the concurrency caps the plan's models declare (`max_concurrency`)."""
     caps = {name: d.max_concurrency for name, d in plan.models.items() if d.max_concurrency}
     return StaticEndpoints(engines, renderer, renderers=renderers, max_concurrency=caps)
@@ -92,5 +103,6 @@ JudgeFn = Callable[[str, list[dict[str, Any]], int], Awaitable[str]]
 
 
 class RewardScorer(Protocol):
-    async def score(self, fn: str, args: dict[str, Any], *, judge_model: str | None,
-                    judge: JudgeFn) -> float | dict[str, Any]: ...
+    async def score(
+        self, fn: str, args: dict[str, Any], *, judge_model: str | None, judge: JudgeFn
+    ) -> float | dict[str, Any]: ...

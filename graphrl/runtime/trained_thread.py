@@ -13,15 +13,17 @@ the message; engine outputs enter both verbatim with the node's mask and the eng
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from .chat import ChatThread
 from .ledger import CallRecord, LedgerError, SampleBuilder
 
 
 class TrainedThread:
-    def __init__(self, chat: ChatThread, *, sampled: bool, rollout_id: int | str,
-                 on_sample: Callable[[SampleBuilder], None]):
+    def __init__(
+        self, chat: ChatThread, *, sampled: bool, rollout_id: int | str, on_sample: Callable[[SampleBuilder], None]
+    ):
         self.chat = chat
         self.sampled = sampled
         self._rollout_id = rollout_id
@@ -62,13 +64,25 @@ class TrainedThread:
                 self._on_sample(self.sample)
             elif delta.ids and self.sample is not None:
                 for part in delta.parts:
-                    who, when = (node, visit) if part.message_index is None else self._owners.get(
-                        part.message_index, (node, visit))
-                    self.sample.append(delta.ids[part.start:part.end], mask=0, node=who, visit=when, kind=part.kind)
+                    who, when = (
+                        (node, visit)
+                        if part.message_index is None
+                        else self._owners.get(part.message_index, (node, visit))
+                    )
+                    self.sample.append(delta.ids[part.start : part.end], mask=0, node=who, visit=when, kind=part.kind)
         return self.chat.ids
 
-    def record_output(self, output_ids: Sequence[int], logprobs: Sequence[float] | None, finish_reason: Any, *,
-                      mask: int, node: str, visit: int, call: CallRecord) -> str:
+    def record_output(
+        self,
+        output_ids: Sequence[int],
+        logprobs: Sequence[float] | None,
+        finish_reason: Any,
+        *,
+        mask: int,
+        node: str,
+        visit: int,
+        call: CallRecord,
+    ) -> str:
         """Append the engine's output to the thread and, when the thread is sampled, to its sample."""
         if self.sample is not None:
             self.sample.append(output_ids, mask=mask, logprobs=logprobs, node=node, visit=visit, kind="generated")

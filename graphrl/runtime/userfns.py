@@ -7,8 +7,9 @@ Output: the callable; an import problem raises `RenderError` located at the plan
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..plan import Plan
 from ..spec.imports import ImportProblem, resolve_callable

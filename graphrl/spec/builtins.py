@@ -30,24 +30,43 @@ BUILTIN_TOOLS: dict[str, Signature] = {
 }
 
 BUILTIN_REWARDS: dict[str, Signature] = {
-    "exact_match": Signature(("prediction", "label"), ("extract", "tail_chars", "question"),
-                             "normalised exact match (LaTeX stripped); label may be a list (max over answers); "
-                             "if 0 and a judge is set, the judge's {\"correct\": true|false}", judge=True),
+    "exact_match": Signature(
+        ("prediction", "label"),
+        ("extract", "tail_chars", "question"),
+        "normalised exact match (LaTeX stripped); label may be a list (max over answers); "
+        'if 0 and a judge is set, the judge\'s {"correct": true|false}',
+        judge=True,
+    ),
     "f1": Signature(("prediction", "label"), ("extract", "tail_chars"), "token F1 after normalisation"),
-    "sub_em": Signature(("prediction", "label"), ("extract", "tail_chars", "question"),
-                        "a gold answer is contained in the prediction; if 0 and a judge is set, the judge's verdict",
-                        judge=True),
-    "math_equal": Signature(("prediction", "label"), ("question",),
-                            "last \\boxed{} equal after math normalisation, else the judge; dict {score, acc, pred, gt}",
-                            judge=True),
-    "judge": Signature(("question", "prediction", "label"), ("instructions",),
-                       "ask the judge model; parses a last-line VERDICT: True/False", judge=True),
+    "sub_em": Signature(
+        ("prediction", "label"),
+        ("extract", "tail_chars", "question"),
+        "a gold answer is contained in the prediction; if 0 and a judge is set, the judge's verdict",
+        judge=True,
+    ),
+    "math_equal": Signature(
+        ("prediction", "label"),
+        ("question",),
+        "last \\boxed{} equal after math normalisation, else the judge; dict {score, acc, pred, gt}",
+        judge=True,
+    ),
+    "judge": Signature(
+        ("question", "prediction", "label"),
+        ("instructions",),
+        "ask the judge model; parses a last-line VERDICT: True/False",
+        judge=True,
+    ),
     "format": Signature(("text", "pattern"), (), "1.0 when the regex `pattern` is found in `text` (DOTALL), else 0.0"),
-    "tool_use": Signature(("calls",), ("min",), "1.0 when `calls` (a number, e.g. from usage.calls) >= min (1), else 0.0"),
+    "tool_use": Signature(
+        ("calls",), ("min",), "1.0 when `calls` (a number, e.g. from usage.calls) >= min (1), else 0.0"
+    ),
 }
 
 BUILTIN_GROUP_REWARDS: dict[str, Signature] = {
-    "preference": Signature((), ("weights", "features", "clip", "min_std"),
-                            "ToolOrchestra: wrong -> 0, right -> preference-weighted sum of features min-max "
-                            "normalised in the group; then z-score clipped to +-clip; groups with std <= min_std dropped"),
+    "preference": Signature(
+        (),
+        ("weights", "features", "clip", "min_std"),
+        "ToolOrchestra: wrong -> 0, right -> preference-weighted sum of features min-max "
+        "normalised in the group; then z-score clipped to +-clip; groups with std <= min_std dropped",
+    ),
 }

@@ -29,10 +29,12 @@ class Message(_Base):
     user: str | None = None
     assistant: str | None = None
     tool: str | None = None
-    messages: str | None = Field(None, description="template whose value is a list of {role, content} (or a string: one user message)")
+    messages: str | None = Field(
+        None, description="template whose value is a list of {role, content} (or a string: one user message)"
+    )
 
     @model_validator(mode="after")
-    def _one_role(self) -> "Message":
+    def _one_role(self) -> Message:
         set_ = [k for k in (*ROLES, "messages") if getattr(self, k) is not None]
         if len(set_) != 1:
             raise ValueError(f"a message has exactly one role key ({', '.join(ROLES)}), got {set_ or 'none'}")
@@ -57,11 +59,15 @@ class Parse(_Base):
     fields: list[str] | None = Field(None, description="'Key: value' blocks; field names are snake_cased keys")
     regex: dict[str, str] | None = Field(None, description="field <- group 1 (or the match) of the last match")
     json_: str | None = Field(None, alias="json", description="field <- the JSON object in the text")
-    tool_calls: str | None = Field(None, description="field <- list of {name, arguments} from <tool_call>{json}</tool_call>")
+    tool_calls: str | None = Field(
+        None, description="field <- list of {name, arguments} from <tool_call>{json}</tool_call>"
+    )
     code: str | None = Field(None, description="field <- the first fenced code block")
-    call: str | None = Field(None, description="field <- {func, args} of a Python-call-like line (parsed with ast, never executed)")
+    call: str | None = Field(
+        None, description="field <- {func, args} of a Python-call-like line (parsed with ast, never executed)"
+    )
     function: str | None = Field(None, description="module:function(text) -> dict | None, a custom parser")
-    fallback: "Parse | None" = None
+    fallback: Parse | None = None
     default: dict[str, Any] | None = Field(None, description="values for fields no parser produced")
 
     def produced_fields(self) -> set[str] | None:

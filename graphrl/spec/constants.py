@@ -34,9 +34,15 @@ def substitute_constants(doc: dict[str, Any], loc: Located) -> tuple[dict[str, A
             name = m.group(1)
             if name in constants:
                 return constants[name]
-            diags.append(Diagnostic("E308", f"'${name}' names no constant", loc.span(path),
-                                    did_you_mean(name, [str(k) for k in constants])
-                                    or "declare it under constants:, e.g. constants: {" + name + ": 3}"))
+            diags.append(
+                Diagnostic(
+                    "E308",
+                    f"'${name}' names no constant",
+                    loc.span(path),
+                    did_you_mean(name, [str(k) for k in constants])
+                    or "declare it under constants:, e.g. constants: {" + name + ": 3}",
+                )
+            )
             return value
         if isinstance(value, dict):
             return {k: walk(v, path + (k,)) for k, v in value.items()}

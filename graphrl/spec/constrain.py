@@ -28,12 +28,14 @@ class Constrain(BaseModel):
 
     regex: str | None = Field(None, description="the whole reply matches this regular expression (SGLang `regex`)")
     json_schema: dict[str, Any] | str | None = Field(
-        None, description="the reply is JSON valid under this JSON Schema (SGLang `json_schema`)")
-    ebnf: str | None = Field(None, description="the reply follows this EBNF grammar (SGLang `ebnf`; not on the "
-                             "embedded engine)")
+        None, description="the reply is JSON valid under this JSON Schema (SGLang `json_schema`)"
+    )
+    ebnf: str | None = Field(
+        None, description="the reply follows this EBNF grammar (SGLang `ebnf`; not on the embedded engine)"
+    )
 
     @model_validator(mode="after")
-    def _one(self) -> "Constrain":
+    def _one(self) -> Constrain:
         given = [k for k in ("regex", "json_schema", "ebnf") if getattr(self, k) is not None]
         if len(given) != 1:
             raise ValueError(f"constrain takes exactly one of regex, json_schema, ebnf; got {given or 'none'}")

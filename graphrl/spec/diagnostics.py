@@ -15,9 +15,9 @@ in sync); severity is derived from the code (E = error, W = warning); lines and 
 from __future__ import annotations
 
 import difflib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 # code -> (short name, one-line summary). docs/errors.md documents each one; tests check both agree.
 CODES: dict[str, tuple[str, str]] = {
@@ -104,7 +104,7 @@ class Diagnostic:
             "hint": self.hint,
         }
 
-    def render(self, sources: "SourceCache | None" = None) -> str:
+    def render(self, sources: SourceCache | None = None) -> str:
         where = f"{self.span}: " if self.span else ""
         out = [f"{where}{self.severity}[{self.code}]: {self.message}"]
         if self.span and sources is not None:

@@ -12,9 +12,10 @@ from __future__ import annotations
 import importlib
 import inspect
 import sys
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from .diagnostics import did_you_mean
 
@@ -34,8 +35,10 @@ def resolve_callable(ref: str, search: Iterable[Path] = ()) -> Callable[..., Any
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:  # user code may raise anything at import time
-        return ImportProblem(f"cannot import module '{module_name}': {type(exc).__name__}: {exc}",
-                             "check the module is on PYTHONPATH or next to the graph file")
+        return ImportProblem(
+            f"cannot import module '{module_name}': {type(exc).__name__}: {exc}",
+            "check the module is on PYTHONPATH or next to the graph file",
+        )
     finally:
         sys.path[:] = saved
     obj: Any = module

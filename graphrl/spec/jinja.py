@@ -14,13 +14,14 @@ a template cannot reach Python. `unsafe_refs` finds such routes statically for `
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from jinja2 import Environment, StrictUndefined, meta, nodes
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.exceptions import TemplateSyntaxError
 from jinja2.parser import Parser
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 _SINGLE_EXPR = re.compile(r"^\s*\{\{(?!.*\{\{)(.*)\}\}\s*$", re.S)
 
@@ -85,7 +86,7 @@ def unsafe_refs(ast: nodes.Node) -> list[tuple[str, int]]:
         elif isinstance(node, nodes.Getitem):
             if isinstance(node.arg, nodes.Const) and isinstance(node.arg.value, str) and node.arg.value.startswith("_"):
                 out.append((f"[{node.arg.value!r}]", node.lineno))
-        elif node.name == "attr":
+        elif isinstance(node, nodes.Filter) and node.name == "attr":
             out.append(("|attr", node.lineno))
     return out
 

@@ -15,9 +15,10 @@ import copy
 import re
 import stat
 import typing
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
@@ -49,7 +50,7 @@ class TemplateSource:
         col = self.col if template_line <= 1 or self.block else 1
         if needle:
             text = SourceCache().line(self.file, line) or ""
-            m = re.search(rf"(?<!\w){re.escape(needle)}(?!\w)", text[col - 1:])
+            m = re.search(rf"(?<!\w){re.escape(needle)}(?!\w)", text[col - 1 :])
             if m:
                 return Span(self.file, line, col + m.start(), col + m.end())
         return Span(self.file, line, col)
@@ -146,8 +147,9 @@ def _doc_loc(doc: Any, loc: tuple) -> tuple:
 _MISSING = object()
 
 
-def _pydantic_diagnostics(exc: ValidationError, model: type[BaseModel], prefix: tuple,
-                          loc_: Located, doc: Any, extra_keys: Iterable[str] = ()) -> list[Diagnostic]:
+def _pydantic_diagnostics(
+    exc: ValidationError, model: type[BaseModel], prefix: tuple, loc_: Located, doc: Any, extra_keys: Iterable[str] = ()
+) -> list[Diagnostic]:
     out = []
     for err in exc.errors():
         loc = _doc_loc(doc, tuple(err["loc"]))
@@ -157,35 +159,43 @@ def _pydantic_diagnostics(exc: ValidationError, model: type[BaseModel], prefix: 
             key = loc[-1] if loc else "?"
             allowed = _allowed_keys(model, loc[:-1]) + (list(extra_keys) if len(loc) == 1 else [])
             hint = did_you_mean(str(key), allowed) or (
-                f"allowed keys here: {', '.join(sorted(allowed))}" if allowed else None)
+                f"allowed keys here: {', '.join(sorted(allowed))}" if allowed else None
+            )
             out.append(Diagnostic("E002", f"unknown key '{key}'", loc_.span(path, key=True), hint))
         elif typ == "missing":
             key = loc[-1] if loc else "?"
-            out.append(Diagnostic("E006", f"missing required key '{key}'", loc_.span(path[:-1], key=True),
-                                  f"add '{key}:' here"))
+            out.append(
+                Diagnostic(
+                    "E006", f"missing required key '{key}'", loc_.span(path[:-1], key=True), f"add '{key}:' here"
+                )
+            )
         else:
             where = ".".join(str(p) for p in loc) or "value"
             msg = err["msg"].removeprefix("Value error, ")
             on_key = typ == "invalid_key" or err["loc"][-1:] == ("[key]",)  # the key itself is wrong
             if on_key:
                 msg = f"keys must be strings, not {type(loc[-1]).__name__ if loc else 'this'}"
-            out.append(Diagnostic("E003", f"{where}: {msg}", loc_.span(path, key=on_key),
-                                  "quote the key" if on_key else None))
+            out.append(
+                Diagnostic("E003", f"{where}: {msg}", loc_.span(path, key=on_key), "quote the key" if on_key else None)
+            )
     return out
 
 
 # ---------------------------------------------------------------- loading
 
 
-def load_graph(path: str | Path, *, sections: Mapping[str, type[BaseModel]] | None = None
-               ) -> tuple[Graph | None, list[Diagnostic]]:
+def load_graph(
+    path: str | Path, *, sections: Mapping[str, type[BaseModel]] | None = None
+) -> tuple[Graph | None, list[Diagnostic]]:
     """`sections`: top-level keys owned by compile targets (e.g. `slime`), each with its settings
     model; they are validated here with located errors, and any other unknown key is E002."""
     file = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        return None, [Diagnostic("E007", f"cannot read graph file: {getattr(exc, 'strerror', None) or exc}", Span(file, 1, 1))]
+        return None, [
+            Diagnostic("E007", f"cannot read graph file: {getattr(exc, 'strerror', None) or exc}", Span(file, 1, 1))
+        ]
     loc = load_yaml(text, file)
     diags = list(loc.diagnostics)
     if any(d.code == "E001" for d in diags):
@@ -214,8 +224,14 @@ def load_graph(path: str | Path, *, sections: Mapping[str, type[BaseModel]] | No
             continue
         cls = node_kind(raw)
         if cls is None:
-            node_diags.append(Diagnostic("E003", f"node '{nid}' has more than one of {'/'.join(SELECTORS)}",
-                                    loc.span(("nodes", nid), key=True), "split it into one node per action"))
+            node_diags.append(
+                Diagnostic(
+                    "E003",
+                    f"node '{nid}' has more than one of {'/'.join(SELECTORS)}",
+                    loc.span(("nodes", nid), key=True),
+                    "split it into one node per action",
+                )
+            )
             continue
         try:
             nodes[str(nid)] = cls.model_validate(raw)  # type: ignore[assignment]
@@ -303,8 +319,14 @@ def _inline(loc: Located, path: tuple, text: str) -> TemplateSource:
     path = _source_path(loc, path, text)
     span = loc.span(path) or Span(loc.file, 1, 1)
     if path in loc.block_paths:
-        return TemplateSource(text, loc.file, span.line + 1, _block_indent(loc, span.line, len(text.splitlines())) + 1,
-                              inline=True, block=True)
+        return TemplateSource(
+            text,
+            loc.file,
+            span.line + 1,
+            _block_indent(loc, span.line, len(text.splitlines())) + 1,
+            inline=True,
+            block=True,
+        )
     quoted = 1 if loc.spans.get(path) and _is_quoted(loc, path) else 0
     return TemplateSource(text, loc.file, span.line, span.col + quoted, inline=True)
 
@@ -328,11 +350,12 @@ def _is_quoted(loc: Located, path: tuple) -> bool:
 
     span = loc.spans[path]
     line = SourceCache().line(loc.file, span.line) or ""
-    return line[span.col - 1: span.col] in ("'", '"')
+    return line[span.col - 1 : span.col] in ("'", '"')
 
 
-def _read_template_files(spec: GraphSpec, nodes: dict[str, Node], file: str, loc: Located,
-                         diags: list[Diagnostic]) -> dict[tuple, TemplateSource]:
+def _read_template_files(
+    spec: GraphSpec, nodes: dict[str, Node], file: str, loc: Located, diags: list[Diagnostic]
+) -> dict[tuple, TemplateSource]:
     base = Path(file).parent / (spec.templates or "")
     root = base.resolve()
     out: dict[tuple, TemplateSource] = {}
@@ -347,11 +370,17 @@ def _read_template_files(spec: GraphSpec, nodes: dict[str, Node], file: str, loc
                 diags.append(Diagnostic("E007", str(exc), loc.span(path), exc.hint))
             except (OSError, UnicodeDecodeError) as exc:
                 near = [p.name for p in tfile.parent.glob("*.j2")] if tfile.parent.is_dir() else []
-                what = (f"template file not found: {tfile}" if isinstance(exc, FileNotFoundError)
-                        else f"cannot read template file {tfile}: {getattr(exc, 'strerror', None) or exc}")
-                where = (f"template paths are relative to {base}" if base.is_dir()
-                         else f"template paths are relative to {base}; {base} does not exist (templates: "
-                         f"{spec.templates!r} is relative to the graph file)")
+                what = (
+                    f"template file not found: {tfile}"
+                    if isinstance(exc, FileNotFoundError)
+                    else f"cannot read template file {tfile}: {getattr(exc, 'strerror', None) or exc}"
+                )
+                where = (
+                    f"template paths are relative to {base}"
+                    if base.is_dir()
+                    else f"template paths are relative to {base}; {base} does not exist (templates: "
+                    f"{spec.templates!r} is relative to the graph file)"
+                )
                 diags.append(Diagnostic("E007", what, loc.span(path), did_you_mean(tfile.name, near) or where))
     return out
 
@@ -370,17 +399,21 @@ def _read_template(tfile: Path, root: Path, *, outside_ok: bool) -> str:
     says `templates_outside: true`, a regular file, at most MAX_TEMPLATE_BYTES."""
     real = tfile.resolve()
     if not outside_ok and not real.is_relative_to(root):
-        raise _TemplateRefused(f"template file {tfile} is outside the templates folder {root}"
-                               + (f" (it resolves to {real})" if real != tfile.absolute() else ""),
-                               "keep prompt files under the graph's templates: folder, or set templates_outside: true")
+        raise _TemplateRefused(
+            f"template file {tfile} is outside the templates folder {root}"
+            + (f" (it resolves to {real})" if real != tfile.absolute() else ""),
+            "keep prompt files under the graph's templates: folder, or set templates_outside: true",
+        )
     st = real.stat()
     if not stat.S_ISREG(st.st_mode):
         raise _TemplateRefused(f"template file {tfile} is not a regular file", "point at a .j2 text file")
     with open(real, "rb") as fh:
         data = fh.read(MAX_TEMPLATE_BYTES + 1)
     if len(data) > MAX_TEMPLATE_BYTES:
-        raise _TemplateRefused(f"template file {tfile} is larger than {MAX_TEMPLATE_BYTES} bytes",
-                               "a prompt template is text you wrote: split it, or pass large text in as data")
+        raise _TemplateRefused(
+            f"template file {tfile} is larger than {MAX_TEMPLATE_BYTES} bytes",
+            "a prompt template is text you wrote: split it, or pass large text in as data",
+        )
     return data.decode("utf-8")
 
 

@@ -70,8 +70,11 @@ class ModelDecl(_Base):
     top_p: float | None = Field(None, gt=0, le=1)
     top_k: int | None = None
     max_concurrency: int | None = Field(None, ge=1, description="in-flight requests to this endpoint")
-    timeout_s: float | None = Field(None, gt=0, description="seconds one request to this endpoint may take "
-                                    "(default: graphrl run --engine-timeout, 900)")
+    timeout_s: float | None = Field(
+        None,
+        gt=0,
+        description="seconds one request to this endpoint may take (default: graphrl run --engine-timeout, 900)",
+    )
 
 
 class InputDecl(_Base):
@@ -87,7 +90,8 @@ class StateVar(_Base):
 
     default: Any = None
     merge: Literal["overwrite", "append", "keyed"] = Field(
-        "overwrite", description="overwrite; append to a list; keyed: merge {key: value} into an ordered dict")
+        "overwrite", description="overwrite; append to a list; keyed: merge {key: value} into an ordered dict"
+    )
     max_items: int | None = Field(None, ge=1, description="append/keyed: keep only the last N items")
     max_chars: int | None = Field(None, ge=1, description="cut each written string to N characters")
     cut: Literal["middle", "start", "end"] = Field("middle", description="where over-long strings are cut")
@@ -97,9 +101,12 @@ class Thread(_Base):
     """An append-only conversation: its opening messages and optional tool schemas."""
 
     prompt: list[Message] = Field(min_length=1)
-    tools: str | None = Field(None, description="template whose value is a list of tool JSON schemas for the chat template")
+    tools: str | None = Field(
+        None, description="template whose value is a list of tool JSON schemas for the chat template"
+    )
     on_drift: Literal["new_sample", "fail"] = Field(
-        "fail", description="what to do when the chat template is not append-only for a transition")
+        "fail", description="what to do when the chat template is not append-only for a transition"
+    )
 
 
 # ---------------------------------------------------------------- reward, limits, graph
@@ -124,17 +131,20 @@ class Reward(_Base):
     fn: str | None = Field(None, description="built-in reward name or module:function (or `terms:`)")
     args: dict[str, Any] = Field(default_factory=dict, description="keyword arguments (templates)")
     terms: dict[str, RewardTerm] | None = Field(
-        None, description="a composite reward: name -> {fn, args, weight}; the reward is {score, <name>: value...}")
+        None, description="a composite reward: name -> {fn, args, weight}; the reward is {score, <name>: value...}"
+    )
     combine: Literal["sum", "max"] = Field(
-        "sum", description="terms: score = sum of weight x value, or the max of them (Search-R1's format score)")
+        "sum", description="terms: score = sum of weight x value, or the max of them (Search-R1's format score)"
+    )
     judge: str | None = Field(None, description="model used as a judge by rewards that take one")
     key: str | None = Field(None, description="for dict rewards: the key slime trains on (--reward-key)")
     credit: Literal["even", "broadcast"] = Field(
-        "even", description="split across a rollout's samples (reward / n) or give each the full reward")
+        "even", description="split across a rollout's samples (reward / n) or give each the full reward"
+    )
     group: GroupReward | None = None
 
     @model_validator(mode="after")
-    def _fn_or_terms(self) -> "Reward":
+    def _fn_or_terms(self) -> Reward:
         if (self.fn is None) == (self.terms is None):
             raise ValueError("a reward has either fn: (with args:) or terms: (a composite reward), not both")
         if self.terms is not None and self.args:
@@ -151,11 +161,17 @@ class Reward(_Base):
 
 
 class Limits(_Base):
-    max_steps: int | None = Field(None, ge=1, description="node visits per rollout; reaching it ends the rollout truncated")
+    max_steps: int | None = Field(
+        None, ge=1, description="node visits per rollout; reaching it ends the rollout truncated"
+    )
     timeout_s: float | None = Field(None, gt=0, description="wall-clock limit per rollout")
     max_tokens: int | None = Field(None, ge=1, description="default max new tokens per llm call")
-    max_prompt_tokens: int = Field(262_144, ge=1, description="a longer prompt fails its rollout before any engine "
-                                   "call (text over 16 characters per token is refused before it is tokenised)")
+    max_prompt_tokens: int = Field(
+        262_144,
+        ge=1,
+        description="a longer prompt fails its rollout before any engine "
+        "call (text over 16 characters per token is refused before it is tokenised)",
+    )
 
 
 class GraphSpec(_Base):
@@ -163,10 +179,16 @@ class GraphSpec(_Base):
     description: str | None = None
     version: Literal[1] = 1
     templates: str | None = Field(None, description="directory of .j2 files, relative to this file")
-    templates_outside: bool = Field(False, description="allow prompt files outside the templates directory "
-                                    "(by default a path or symlink leading out of it is an error)")
-    constants: dict[str, Any] = Field(default_factory=dict, description="named values: usable by name in every "
-                                      "template and expression, and as `$NAME` for any value (e.g. max_visits: $max_turns)")
+    templates_outside: bool = Field(
+        False,
+        description="allow prompt files outside the templates directory "
+        "(by default a path or symlink leading out of it is an error)",
+    )
+    constants: dict[str, Any] = Field(
+        default_factory=dict,
+        description="named values: usable by name in every "
+        "template and expression, and as `$NAME` for any value (e.g. max_visits: $max_turns)",
+    )
     models: dict[str, ModelDecl] = Field(default_factory=dict)
     inputs: dict[str, InputDecl] = Field(default_factory=dict)
     state: dict[str, StateVar] = Field(default_factory=dict)
@@ -175,4 +197,3 @@ class GraphSpec(_Base):
     nodes: dict[str, AnyNode] = Field(min_length=1, description="node id -> node (llm, tool, switch, or update-only)")
     reward: Reward | None = None
     limits: Limits = Field(default_factory=Limits)
-

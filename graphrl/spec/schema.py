@@ -10,7 +10,8 @@ the bundled graphs against it); every canonical form is accepted; unknown keys a
 from __future__ import annotations
 
 import copy
-from typing import Any, Mapping, Union
+from collections.abc import Mapping
+from typing import Any, Union
 
 from pydantic import BaseModel, Field
 
@@ -20,17 +21,19 @@ from .nodes import KINDS
 
 class _SchemaGraph(GraphSpec):
     nodes: dict[str, Union[KINDS]] = Field(  # type: ignore[assignment,valid-type]
-        min_length=1, description="node id -> node (llm, tool, switch, or update-only)")
+        min_length=1, description="node id -> node (llm, tool, switch, or update-only)"
+    )
 
 
 def _or_string(prop: dict[str, Any], what: str) -> dict[str, Any]:
     return {"anyOf": [{"type": "string", "description": what}, prop]}
 
 
-
-
-CONSTANT_REF = {"type": "string", "pattern": r"^\$[A-Za-z_][A-Za-z0-9_]*$",
-                "description": "$NAME: the value of a constant (constants:)"}
+CONSTANT_REF = {
+    "type": "string",
+    "pattern": r"^\$[A-Za-z_][A-Za-z0-9_]*$",
+    "description": "$NAME: the value of a constant (constants:)",
+}
 
 
 def _accept_constant_refs(schema: dict[str, Any]) -> None:
@@ -55,18 +58,35 @@ def graph_json_schema(sections: Mapping[str, type[BaseModel]] | None = None) -> 
         props["append_to"] = _or_string(props["append_to"], "shorthand: a thread name")
         props["foreach"] = _or_string(props["foreach"], "shorthand: the expression to iterate over")
         if "prompt" in props:
-            msg_or_str = {"anyOf": [{"$ref": "#/$defs/Message"},
-                                    {"type": "string", "description": "a template yielding messages"}]}
-            props["prompt"] = {"anyOf": [{"type": "string", "description": "a template yielding messages"},
-                                         {"type": "array", "items": msg_or_str}, {"type": "null"}]}
-    defs["Thread"]["properties"]["prompt"] = {"anyOf": [
-        {"type": "string"}, {"type": "array", "minItems": 1,
-                             "items": {"anyOf": [{"$ref": "#/$defs/Message"}, {"type": "string"}]}}]}
+            msg_or_str = {
+                "anyOf": [
+                    {"$ref": "#/$defs/Message"},
+                    {"type": "string", "description": "a template yielding messages"},
+                ]
+            }
+            props["prompt"] = {
+                "anyOf": [
+                    {"type": "string", "description": "a template yielding messages"},
+                    {"type": "array", "items": msg_or_str},
+                    {"type": "null"},
+                ]
+            }
+    defs["Thread"]["properties"]["prompt"] = {
+        "anyOf": [
+            {"type": "string"},
+            {"type": "array", "minItems": 1, "items": {"anyOf": [{"$ref": "#/$defs/Message"}, {"type": "string"}]}},
+        ]
+    }
     props = schema["properties"]
-    props["state"]["additionalProperties"] = {"anyOf": [
-        {"$ref": "#/$defs/StateVar"}, {"not": {"type": "object"}, "description": "shorthand: the default value"}]}
-    props["inputs"]["additionalProperties"] = {"anyOf": [
-        {"$ref": "#/$defs/InputDecl"}, {"type": "string", "description": "shorthand: the row expression"}]}
+    props["state"]["additionalProperties"] = {
+        "anyOf": [
+            {"$ref": "#/$defs/StateVar"},
+            {"not": {"type": "object"}, "description": "shorthand: the default value"},
+        ]
+    }
+    props["inputs"]["additionalProperties"] = {
+        "anyOf": [{"$ref": "#/$defs/InputDecl"}, {"type": "string", "description": "shorthand: the row expression"}]
+    }
     for name, model in sorted((sections or {}).items()):
         sub = model.model_json_schema(by_alias=True)
         defs.update(sub.pop("$defs", {}))

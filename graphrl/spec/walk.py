@@ -6,7 +6,8 @@ Input: a value and its path. Output: (path, string) pairs, depth first, in docum
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 
 def walk_strings(value: Any, path: tuple, *, keys_too: bool = False) -> Iterator[tuple[tuple, str]]:

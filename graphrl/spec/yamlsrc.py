@@ -109,8 +109,11 @@ class _Walker:
             self.count += len(hit)
             if self.count > MAX_VALUES:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"document has more than {MAX_VALUES} values once merge keys (<<) are expanded",
-                    node.start_mark)
+                    None,
+                    None,
+                    f"document has more than {MAX_VALUES} values once merge keys (<<) are expanded",
+                    node.start_mark,
+                )
         return hit
 
     def walk(self, node: yaml.Node, path: Path_, depth: int = 0) -> Any:
@@ -119,7 +122,8 @@ class _Walker:
         self.count += 1
         if self.count > MAX_VALUES:  # aliases are expanded per use: `a1: [*a0, *a0, ...]` grows exponentially
             raise yaml.constructor.ConstructorError(
-                None, None, f"document has more than {MAX_VALUES} values once aliases are expanded", node.start_mark)
+                None, None, f"document has more than {MAX_VALUES} values once aliases are expanded", node.start_mark
+            )
         self.loc.spans[path] = _span(self.file, node)
         if not isinstance(node, yaml.ScalarNode) and node.tag not in _COLLECTION_TAGS:
             # scalars with unknown tags fail in construct_object; collections must not pass silently
@@ -128,8 +132,11 @@ class _Walker:
             merged = _merged_pairs(node, self.pair_counts)
             if self.count + merged > MAX_VALUES:  # `<<: [*a, *a]` doubles per level: count before expanding
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"document has more than {MAX_VALUES} values once merge keys (<<) are expanded",
-                    node.start_mark)
+                    None,
+                    None,
+                    f"document has more than {MAX_VALUES} values once merge keys (<<) are expanded",
+                    node.start_mark,
+                )
             out: dict[Any, Any] = {}
             merges: list[yaml.Node] = []
             for key_node, value_node in node.value:
@@ -138,7 +145,8 @@ class _Walker:
                     for sub in subs:
                         if not isinstance(sub, yaml.MappingNode):
                             raise yaml.constructor.ConstructorError(
-                                None, None, "a merge key (<<) takes a mapping or a list of mappings", sub.start_mark)
+                                None, None, "a merge key (<<) takes a mapping or a list of mappings", sub.start_mark
+                            )
                     merges.extend(subs)
                     continue
                 key = self.constructor.construct_object(key_node, deep=True)
@@ -183,8 +191,14 @@ def load_yaml(text: str, file: str) -> Located:
     """Parse one YAML document with spans. Syntax errors are returned as diagnostics, not raised."""
     loc = Located(value=None, file=file)
     if _nesting_depth(text) > MAX_DEPTH:  # PyYAML composes recursively: refuse before it overflows the stack
-        loc.diagnostics.append(Diagnostic("E001", f"YAML nested more than {MAX_DEPTH} levels deep", Span(file, 1, 1),
-                                          "a graph is a few levels deep: check for runaway brackets or indentation"))
+        loc.diagnostics.append(
+            Diagnostic(
+                "E001",
+                f"YAML nested more than {MAX_DEPTH} levels deep",
+                Span(file, 1, 1),
+                "a graph is a few levels deep: check for runaway brackets or indentation",
+            )
+        )
         return loc
     try:
         docs = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
@@ -192,8 +206,11 @@ def load_yaml(text: str, file: str) -> Located:
         mark = exc.problem_mark or exc.context_mark
         span = Span(file, mark.line + 1, mark.column + 1) if mark else Span(file, 1, 1)
         msg = " ".join(str(p) for p in (exc.context, exc.problem) if p) or "invalid YAML"
-        loc.diagnostics.append(Diagnostic("E001", f"YAML syntax error: {msg}", span,
-                                          "check indentation, colons and quoting around this point"))
+        loc.diagnostics.append(
+            Diagnostic(
+                "E001", f"YAML syntax error: {msg}", span, "check indentation, colons and quoting around this point"
+            )
+        )
         return loc
     except yaml.YAMLError as exc:
         loc.diagnostics.append(Diagnostic("E001", f"YAML error: {exc}", Span(file, 1, 1)))
@@ -203,8 +220,14 @@ def load_yaml(text: str, file: str) -> Located:
         return loc
     docs = [d for d in docs if d is not None]
     if len(docs) > 1:
-        loc.diagnostics.append(Diagnostic("E001", "a graph file holds one YAML document, found several",
-                                          _span(file, docs[1]), "remove the extra '---' separator"))
+        loc.diagnostics.append(
+            Diagnostic(
+                "E001",
+                "a graph file holds one YAML document, found several",
+                _span(file, docs[1]),
+                "remove the extra '---' separator",
+            )
+        )
     if not docs:
         loc.value = {}
         return loc

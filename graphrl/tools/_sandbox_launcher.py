@@ -43,7 +43,7 @@ def _call(name, *args):
 
 
 def _mount(source, target, fstype, flags, data=None):
-    enc = (lambda s: None if s is None else s.encode())
+    enc = lambda s: None if s is None else s.encode()
     _call("mount", enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data))
 
 
@@ -65,8 +65,11 @@ def _unshare(report):
         except OSError as exc:
             report["errors"].append(f"user namespace: {exc}")
             return
-    for flag, key in ((CLONE_NEWNET, "network_isolated"), (CLONE_NEWPID, "pid_namespace"),
-                      (CLONE_NEWNS, "mount_namespace")):
+    for flag, key in (
+        (CLONE_NEWNET, "network_isolated"),
+        (CLONE_NEWPID, "pid_namespace"),
+        (CLONE_NEWNS, "mount_namespace"),
+    ):
         try:
             _call("unshare", flag)
             report[key] = True
@@ -92,8 +95,12 @@ def _minimal_dev(workdir, report):
         open(os.path.join(stage, name), "w").close()
         _mount("/dev/" + name, os.path.join(stage, name), None, MS_BIND)
     os.mkdir(os.path.join(stage, "shm"), 0o1777)
-    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
-                         ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
+    for name, target in (
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ):
         os.symlink(target, os.path.join(stage, name))
     _mount(stage, "/dev", None, MS_MOVE)
     os.rmdir(stage)
@@ -153,11 +160,13 @@ def _drop_capabilities(report):
 
 def _limits(cfg, report):
     applied = {}
-    for name, res, value in (("cpu_s", resource.RLIMIT_CPU, cfg["cpu_s"]),
-                             ("memory_bytes", resource.RLIMIT_AS, cfg["memory_bytes"]),
-                             ("file_bytes", resource.RLIMIT_FSIZE, cfg["file_bytes"]),
-                             ("processes", resource.RLIMIT_NPROC, cfg["max_procs"]),
-                             ("core_bytes", resource.RLIMIT_CORE, 0)):
+    for name, res, value in (
+        ("cpu_s", resource.RLIMIT_CPU, cfg["cpu_s"]),
+        ("memory_bytes", resource.RLIMIT_AS, cfg["memory_bytes"]),
+        ("file_bytes", resource.RLIMIT_FSIZE, cfg["file_bytes"]),
+        ("processes", resource.RLIMIT_NPROC, cfg["max_procs"]),
+        ("core_bytes", resource.RLIMIT_CORE, 0),
+    ):
         try:
             hard = value + 1 if name == "cpu_s" else value  # SIGXCPU at the soft limit, SIGKILL at the hard one
             resource.setrlimit(res, (value, hard))
@@ -190,9 +199,20 @@ def _die_with_parent():
 def main():
     cfg = json.loads(sys.argv[1])
     report_fd = cfg["report_fd"]
-    report = {"launcher": True, "user_namespace": False, "network_isolated": False, "pid_namespace": False,
-              "mount_namespace": False, "proc_private": False, "filesystem_readonly": False, "dev_minimal": False,
-              "capabilities_dropped": False, "process_limit": None, "rlimits": {}, "errors": []}
+    report = {
+        "launcher": True,
+        "user_namespace": False,
+        "network_isolated": False,
+        "pid_namespace": False,
+        "mount_namespace": False,
+        "proc_private": False,
+        "filesystem_readonly": False,
+        "dev_minimal": False,
+        "capabilities_dropped": False,
+        "process_limit": None,
+        "rlimits": {},
+        "errors": [],
+    }
     cfg["real_root"] = os.getuid() == 0
     if cfg.get("cgroup"):
         try:

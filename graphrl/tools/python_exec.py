@@ -36,12 +36,18 @@ FILE_BYTES = 16 << 20  # largest file the code may write
 MAX_PROCS = 64  # processes (and threads) at once
 LAUNCHER = Path(__file__).with_name("_sandbox_launcher.py")
 CGROUP_ROOTS = ("/sys/fs/cgroup/pids", "/sys/fs/cgroup")  # cgroup v1 pids hierarchy, or v2
-_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "PYTHONIOENCODING": "utf-8", "PYTHONDONTWRITEBYTECODE": "1",
-        "LANG": "C.UTF-8", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "PYTHONIOENCODING": "utf-8",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "LANG": "C.UTF-8",
+    "OPENBLAS_NUM_THREADS": "1",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+}
 
 
-async def run_python(code: str, *, timeout: float = 30.0, stdin: str | None = None,
-                     isolate: bool = True) -> ToolResult:
+async def run_python(code: str, *, timeout: float = 30.0, stdin: str | None = None, isolate: bool = True) -> ToolResult:
     """Run `code` as a script; `isolate=False` skips the namespaces (rlimits and the rest still apply)."""
     workdir = os.path.realpath(tempfile.mkdtemp(prefix="graphrl-py-"))
     cgroup = _make_cgroup() if isolate and os.geteuid() == 0 else None
@@ -49,14 +55,33 @@ async def run_python(code: str, *, timeout: float = 30.0, stdin: str | None = No
     proc = finished = None
     try:
         Path(workdir, "main.py").write_text(code, encoding="utf-8")
-        cfg = {"python": sys.executable, "script": "main.py", "workdir": workdir, "isolate": isolate,
-               "cpu_s": max(1, int(timeout) + 1), "memory_bytes": MEMORY_BYTES, "file_bytes": FILE_BYTES,
-               "max_procs": MAX_PROCS, "cgroup": cgroup, "report_fd": report_w,
-               "env": {**_ENV, "HOME": workdir, "TMPDIR": workdir}}
+        cfg = {
+            "python": sys.executable,
+            "script": "main.py",
+            "workdir": workdir,
+            "isolate": isolate,
+            "cpu_s": max(1, int(timeout) + 1),
+            "memory_bytes": MEMORY_BYTES,
+            "file_bytes": FILE_BYTES,
+            "max_procs": MAX_PROCS,
+            "cgroup": cgroup,
+            "report_fd": report_w,
+            "env": {**_ENV, "HOME": workdir, "TMPDIR": workdir},
+        }
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-I", "-S", str(LAUNCHER), json.dumps(cfg), cwd=workdir, env=dict(_ENV),
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-            start_new_session=True, pass_fds=(report_w,))
+            sys.executable,
+            "-I",
+            "-S",
+            str(LAUNCHER),
+            json.dumps(cfg),
+            cwd=workdir,
+            env=dict(_ENV),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+            pass_fds=(report_w,),
+        )
         os.close(report_w)
         report_w = -1
         feeder = asyncio.create_task(_feed(proc, stdin))
@@ -75,13 +100,15 @@ async def run_python(code: str, *, timeout: float = 30.0, stdin: str | None = No
             if not overflowed.is_set():
                 return _result(bytes(buf), f"[timed out after {timeout:g} s]", "timeout", None, report_r)
         if overflowed.is_set():
-            return _result(bytes(buf), f"[output passed {OUTPUT_CAP} bytes: program stopped]", "output limit",
-                           None, report_r)
+            return _result(
+                bytes(buf), f"[output passed {OUTPUT_CAP} bytes: program stopped]", "output limit", None, report_r
+            )
         out = bytes(buf)
         rc = proc.returncode
         if rc != 0:
-            return _result(out, f"[exit status {rc}{_signal_note(rc or 0)}]" if not out else "",
-                           f"exit status {rc}", rc, report_r)
+            return _result(
+                out, f"[exit status {rc}{_signal_note(rc or 0)}]" if not out else "", f"exit status {rc}", rc, report_r
+            )
         return _result(out, "", None, rc, report_r)
     finally:
         if proc is not None and proc.returncode is None:  # cancelled, or a bug above

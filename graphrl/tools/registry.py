@@ -14,8 +14,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import aiohttp
 
@@ -63,16 +64,18 @@ class ToolBox:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a tool's crash is an observation, not the rollout's end
-            res = ToolResult(f"[tool {tool} failed: {type(exc).__name__}: {exc}]", ok=False,
-                             error=f"{type(exc).__name__}: {exc}")
+            res = ToolResult(
+                f"[tool {tool} failed: {type(exc).__name__}: {exc}]", ok=False, error=f"{type(exc).__name__}: {exc}"
+            )
         return ToolResult(cut(res.text, max_chars), res.ok, res.error, res.data)
 
     async def _dispatch(self, tool: str, args: dict[str, Any], timeout: float) -> ToolResult:
         if tool == "python":
             return await run_python(str(args.get("code", "")), timeout=timeout, stdin=args.get("stdin"))
         if tool == "retrieve":
-            return await retrieve(args["url"], str(args["query"]), int(args.get("topk", 3)), timeout=timeout,
-                                  session=self._session())
+            return await retrieve(
+                args["url"], str(args["query"]), int(args.get("topk", 3)), timeout=timeout, session=self._session()
+            )
         fn = self._user(tool)
         if isinstance(fn, ImportProblem):
             return ToolResult(f"[tool {tool} unavailable: {fn.message}]", ok=False, error=fn.message)
@@ -90,6 +93,10 @@ def _as_result(value: Any) -> ToolResult:
         return ToolResult(value)
     if isinstance(value, dict):
         text = value.get("text")
-        return ToolResult(str(text) if text is not None else json.dumps(value, ensure_ascii=False, default=str),
-                          bool(value.get("ok", True)), value.get("error"), value)
+        return ToolResult(
+            str(text) if text is not None else json.dumps(value, ensure_ascii=False, default=str),
+            bool(value.get("ok", True)),
+            value.get("error"),
+            value,
+        )
     return ToolResult(json.dumps(value, ensure_ascii=False, default=str))

@@ -13,11 +13,13 @@ import aiohttp
 from ..runtime.services import ToolResult
 
 
-async def _post(session: aiohttp.ClientSession, endpoint: str, query: str, topk: int,
-                timeout: float) -> tuple[int, object]:
+async def _post(
+    session: aiohttp.ClientSession, endpoint: str, query: str, topk: int, timeout: float
+) -> tuple[int, object]:
     """(HTTP status, the decoded JSON body; None unless the status is 200)."""
-    async with session.post(endpoint, json={"queries": [query], "topk": topk},
-                            timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+    async with session.post(
+        endpoint, json={"queries": [query], "topk": topk}, timeout=aiohttp.ClientTimeout(total=timeout)
+    ) as resp:
         return resp.status, (await resp.json() if resp.status == 200 else None)
 
 
@@ -34,8 +36,9 @@ def format_docs(docs: list) -> str:
     return "\n".join(lines) if lines else "No documents found."
 
 
-async def retrieve(url: str, query: str, topk: int = 3, *, timeout: float = 30.0,
-                   session: aiohttp.ClientSession | None = None) -> ToolResult:
+async def retrieve(
+    url: str, query: str, topk: int = 3, *, timeout: float = 30.0, session: aiohttp.ClientSession | None = None
+) -> ToolResult:
     endpoint = url.rstrip("/") + ("" if url.rstrip("/").endswith("/retrieve") else "/retrieve")
     try:
         if session is None:

@@ -20,8 +20,9 @@ import asyncio
 import contextlib
 import json
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from aiohttp import web
 
@@ -43,8 +44,13 @@ def read_corpus(path: str | Path) -> list[dict[str, Any]]:
         for lineno, rec in iter_jsonl(path):
             if not isinstance(rec, dict) or not isinstance(rec.get("contents", rec.get("text")), str):
                 raise CorpusError(f"{path}:{lineno}: a document needs a string 'contents' (or 'text')")
-            docs.append({"id": str(rec.get("id", len(docs))), "title": str(rec.get("title") or ""),
-                         "contents": rec.get("contents", rec.get("text"))})
+            docs.append(
+                {
+                    "id": str(rec.get("id", len(docs))),
+                    "title": str(rec.get("title") or ""),
+                    "contents": rec.get("contents", rec.get("text")),
+                }
+            )
     except JsonlError as exc:
         raise CorpusError(str(exc)) from None
     if not docs:
@@ -73,8 +79,13 @@ class BM25Index:
                 out.append([])
                 continue
             ids, scores = self.model.retrieve(tokens, k=k, show_progress=False)
-            out.append([{**self.docs[int(i)], "score": round(float(s), 6)}
-                        for i, s in zip(ids[0], scores[0]) if float(s) > 0.0])
+            out.append(
+                [
+                    {**self.docs[int(i)], "score": round(float(s), 6)}
+                    for i, s in zip(ids[0], scores[0])
+                    if float(s) > 0.0
+                ]
+            )
         return out
 
 
@@ -83,7 +94,7 @@ def make_app(index: BM25Index) -> web.Application:
         try:
             body = await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
-            return _error("the body must be JSON: {\"queries\": [...], \"topk\": N}")
+            return _error('the body must be JSON: {"queries": [...], "topk": N}')
         queries = body.get("queries") if isinstance(body, dict) else None
         if isinstance(queries, str):
             queries = [queries]
@@ -127,7 +138,7 @@ def retrieval_service(corpus: str | Path, host: str = "127.0.0.1", port: int = 0
                 ready["url"] = url
                 started.set()
                 await stop.wait()
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+        except BaseException as exc:
             ready["error"] = exc
             started.set()
 

@@ -31,8 +31,16 @@ from .trajectory import MissingTorch, TrajectoryError, load_trajectory
 EXIT_USAGE, EXIT_INVALID = 2, 3
 GRAPH_FORMATS = ("svg", "html", "dot", "mermaid", "text")
 TRAJ_FORMATS = ("html", "chrome-trace", "text")
-EXTENSIONS = {".svg": "svg", ".html": "html", ".htm": "html", ".dot": "dot", ".gv": "dot", ".mmd": "mermaid",
-              ".json": "chrome-trace", ".txt": "text"}
+EXTENSIONS = {
+    ".svg": "svg",
+    ".html": "html",
+    ".htm": "html",
+    ".dot": "dot",
+    ".gv": "dot",
+    ".mmd": "mermaid",
+    ".json": "chrome-trace",
+    ".txt": "text",
+}
 
 
 class VizError(Exception):
@@ -56,10 +64,14 @@ def input_kind(path: Path) -> str:
             raise VizError(f"{path}: not valid JSON: {exc}", EXIT_INVALID) from None
         if isinstance(head, dict) and str(head.get("format", "")).startswith("graphrl.plan/"):
             return "graph"
-        raise VizError(f"{path}: a .json input must be a compiled plan (graphrl compile); "
-                       "trajectories are .jsonl (graphrl run) or .pt (slime debug dumps)")
-    raise VizError(f"{path}: cannot tell what this is from '{suffix or 'no extension'}': expected a graph "
-                   "(.yaml, .yml, plan.json) or a trajectory (.jsonl from graphrl run, .pt slime debug dump)")
+        raise VizError(
+            f"{path}: a .json input must be a compiled plan (graphrl compile); "
+            "trajectories are .jsonl (graphrl run) or .pt (slime debug dumps)"
+        )
+    raise VizError(
+        f"{path}: cannot tell what this is from '{suffix or 'no extension'}': expected a graph "
+        "(.yaml, .yml, plan.json) or a trajectory (.jsonl from graphrl run, .pt slime debug dump)"
+    )
 
 
 def output_format(out: str | None, fmt: str, kind: str) -> str:
@@ -71,8 +83,10 @@ def output_format(out: str | None, fmt: str, kind: str) -> str:
         guessed = EXTENSIONS.get(suffix)
         if guessed is None or guessed not in allowed:
             exts = sorted(k for k, v in EXTENSIONS.items() if v in allowed)
-            raise VizError(f"cannot tell the output format from '{out}': for a {kind} use "
-                           f"{', '.join(exts)}, or --format {{{','.join(allowed)}}}")
+            raise VizError(
+                f"cannot tell the output format from '{out}': for a {kind} use "
+                f"{', '.join(exts)}, or --format {{{','.join(allowed)}}}"
+            )
         fmt = guessed
     if fmt not in allowed:
         raise VizError(f"--format {fmt} is not available for a {kind}; choose one of {', '.join(allowed)}")
@@ -103,8 +117,10 @@ def graph_output(path: Path, fmt: str, engine: str = "builtin") -> str:
         try:
             svg = textgraph.graphviz_svg(textgraph.to_dot(d))
         except textgraph.GraphvizMissing:
-            raise VizError("--engine graphviz needs Graphviz's `dot` (apt-get install graphviz); "
-                           "the default --engine builtin needs nothing") from None
+            raise VizError(
+                "--engine graphviz needs Graphviz's `dot` (apt-get install graphviz); "
+                "the default --engine builtin needs nothing"
+            ) from None
     else:
         svg = render_svg(d)
     return graph_html(d.name, svg) if fmt == "html" else svg
@@ -133,8 +149,10 @@ def find_plan(traj, traj_path: Path, explicit: str | None) -> tuple[Any, list[st
             if traj.plan_sha256 and plan.source.get("sha256") not in (None, traj.plan_sha256):
                 notes.append(f"{cand} has changed since this run (sha256 differs); the diagram may not match")
             return plan, notes
-    return None, [f"graph '{traj.graph}' not found (looked for graphs/{traj.graph}.yaml here and near the file); "
-                  "pass --graph PATH; drawing the transitions the rollouts took instead"]
+    return None, [
+        f"graph '{traj.graph}' not found (looked for graphs/{traj.graph}.yaml here and near the file); "
+        "pass --graph PATH; drawing the transitions the rollouts took instead"
+    ]
 
 
 def _observed_diagram(traj) -> Diagram:
@@ -172,19 +190,32 @@ def load_selected(path: Path, group: int | None, sample: int | None):
         raise VizError(str(exc), EXIT_INVALID) from None
     if group is not None and group not in traj.groups():
         have = traj.groups()
-        raise VizError(f"group {group} is not in {path} (it has {len(have)} group(s): "
-                       f"{', '.join(map(str, have[:20]))}{' ...' if len(have) > 20 else ''})")
+        raise VizError(
+            f"group {group} is not in {path} (it has {len(have)} group(s): "
+            f"{', '.join(map(str, have[:20]))}{' ...' if len(have) > 20 else ''})"
+        )
     if sample is not None:
         ns = sorted({r.n for r in traj.rollouts if group is None or r.group == group})
         if sample not in ns:
-            raise VizError(f"sample {sample} is not in {'group %d of ' % group if group is not None else ''}{path} "
-                           f"(samples: {', '.join(map(str, ns))})")
+            raise VizError(
+                f"sample {sample} is not in {'group %d of ' % group if group is not None else ''}{path} "
+                f"(samples: {', '.join(map(str, ns))})"
+            )
     return traj, traj.select(group, sample)
 
 
-def trajectory_output(path: Path, fmt: str, *, graph: str | None = None, group: int | None = None,
-                      sample: int | None = None, tokenizer: str | None = None, max_tokens: int | None = None,
-                      color: bool = True, show_prompt: bool = False) -> str:
+def trajectory_output(
+    path: Path,
+    fmt: str,
+    *,
+    graph: str | None = None,
+    group: int | None = None,
+    sample: int | None = None,
+    tokenizer: str | None = None,
+    max_tokens: int | None = None,
+    color: bool = True,
+    show_prompt: bool = False,
+) -> str:
     full, traj = load_selected(path, group, sample)
     if fmt == "chrome-trace":
         return json.dumps(finite(chrome_trace(traj)), indent=1, allow_nan=False) + "\n"
@@ -194,15 +225,23 @@ def trajectory_output(path: Path, fmt: str, *, graph: str | None = None, group: 
         raise VizError(str(exc)) from None
     notices = list(full.notes) + ([note] if note else [])
     if fmt == "text":
-        return text_view(traj, vocab, color=color, max_tokens=max_tokens or 2000, show_prompt=show_prompt,
-                         notices=tuple(notices))
+        return text_view(
+            traj, vocab, color=color, max_tokens=max_tokens or 2000, show_prompt=show_prompt, notices=tuple(notices)
+        )
 
     plan, found = find_plan(full, path, graph)
     notices += found
     diagram = diagram_from_plan(plan) if plan is not None else _observed_diagram(full)
     roles = {n.id: n.role for n in diagram.nodes if n.role != "terminal"}
     order = [n.id for n in diagram.nodes if n.role != "terminal"]  # token colours follow the graph's node order
-    payload = build_payload(traj, vocab, order, roles=roles,
-                            max_tokens=max_tokens or DEFAULT_MAX_TOKENS, notices=notices, selected=(group, sample))
+    payload = build_payload(
+        traj,
+        vocab,
+        order,
+        roles=roles,
+        max_tokens=max_tokens or DEFAULT_MAX_TOKENS,
+        notices=notices,
+        selected=(group, sample),
+    )
     svg = render_svg(diagram, legend=False) if len(diagram.nodes) > 1 else None
     return trajectory_html(payload, svg)

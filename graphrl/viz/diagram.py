@@ -19,9 +19,9 @@ see), in its order; node order is the graph's order, then start/end/abort; pure 
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Iterable, Sequence
 
 from ..compilers.flow import build_flow
 from ..spec.model import ABORT, END, LLMNode
@@ -147,8 +147,9 @@ def _edge(src: str, dst: str, labels: Sequence[str]) -> DEdge:
 
 def _flow_source(plan) -> SimpleNamespace:
     """The little of a loaded Graph that `build_flow` reads, taken from a plan (edges are resolved there)."""
-    return SimpleNamespace(spec=SimpleNamespace(start=plan.start), start=plan.start, nodes=plan.nodes,
-                           located=SimpleNamespace(value={}))
+    return SimpleNamespace(
+        spec=SimpleNamespace(start=plan.start), start=plan.start, nodes=plan.nodes, located=SimpleNamespace(value={})
+    )
 
 
 def diagram_from_plan(plan) -> Diagram:
@@ -158,8 +159,9 @@ def diagram_from_plan(plan) -> Diagram:
     for nid, n in plan.nodes.items():
         lines = tuple(short(x) for x in _node_lines(n))
         title = "\n".join([nid] + _node_lines(n) + ([n.description] if n.description else []))
-        nodes.append(DNode(nid, n.kind, node_role(n), lines, title, n.llm if isinstance(n, LLMNode) else None,
-                           type(n).shape))
+        nodes.append(
+            DNode(nid, n.kind, node_role(n), lines, title, n.llm if isinstance(n, LLMNode) else None, type(n).shape)
+        )
     for term in (END, ABORT):
         if dg.in_degree(term):
             nodes.append(DNode(term, term, "terminal", (), term))
@@ -169,9 +171,13 @@ def diagram_from_plan(plan) -> Diagram:
     return Diagram(plan.name, plan.description, plan.start, tuple(nodes), tuple(edges))
 
 
-def diagram_from_paths(name: str, paths: Iterable[Sequence[tuple[str, int]]],
-                       roles: dict[str, str] | None = None, endpoints: dict[str, str] | None = None,
-                       ends: dict[str, str] | None = None) -> Diagram:
+def diagram_from_paths(
+    name: str,
+    paths: Iterable[Sequence[tuple[str, int]]],
+    roles: dict[str, str] | None = None,
+    endpoints: dict[str, str] | None = None,
+    ends: dict[str, str] | None = None,
+) -> Diagram:
     """A diagram of the transitions observed in `paths` (node order = first appearance).
 
     `roles`/`endpoints` come from the trajectory's spans and calls; `ends` maps a path's last node to the
@@ -196,11 +202,18 @@ def diagram_from_paths(name: str, paths: Iterable[Sequence[tuple[str, int]]],
         ep = endpoints.get(nid)
         kind = "llm" if ep and not ep.startswith("tool:") else ("tool" if ep else "update")
         lines = (f"{kind} · {ep.removeprefix('tool:')}",) if ep else ()
-        nodes.append(DNode(nid, kind, roles.get(nid, "none"), lines, nid, ep if kind == "llm" else None,
-                           NODE_KINDS[kind].shape))
+        nodes.append(
+            DNode(nid, kind, roles.get(nid, "none"), lines, nid, ep if kind == "llm" else None, NODE_KINDS[kind].shape)
+        )
     for term in (END, ABORT):
         if any(dst == term for _, dst in pairs):
             nodes.append(DNode(term, term, "terminal", (), term))
     edges = [DEdge(START, start, ("start",), "", "start")] + [_edge(a, b, ("next",)) for a, b in pairs]
-    return Diagram(name, None, start, tuple(nodes), tuple(edges),
-                   note="no graph file: drawn from the transitions the trajectory took")
+    return Diagram(
+        name,
+        None,
+        start,
+        tuple(nodes),
+        tuple(edges),
+        note="no graph file: drawn from the transitions the trajectory took",
+    )

@@ -93,8 +93,13 @@ PAGE = """<!DOCTYPE html>
 def trajectory_html(payload: dict[str, Any], svg: str | None) -> str:
     title = f"graphrl trajectory · {payload['meta'].get('graph') or 'unknown graph'}"
     body_svg = svg if svg else '<p class="muted" style="padding:8px">no graph to draw: no node path recorded</p>'
-    return PAGE.format(title=escape(title), css=_asset("viewer.css"), svg=body_svg, data=_json_for_script(payload),
-                       js=_asset("viewer.js"))
+    return PAGE.format(
+        title=escape(title),
+        css=_asset("viewer.css"),
+        svg=body_svg,
+        data=_json_for_script(payload),
+        js=_asset("viewer.js"),
+    )
 
 
 GRAPH_PAGE = """<!DOCTYPE html>

@@ -21,8 +21,8 @@ are rounded to 0.5 px; every input edge has exactly one route, in input order.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 import networkx as nx
 
@@ -106,7 +106,7 @@ def _crossings(ranks: list[list[str]], down: dict[str, list[str]], at: dict[str,
     for rank in ranks[:-1]:
         segs = [(at[a], at[b]) for a in rank for b in down[a]]
         for i, (a1, b1) in enumerate(segs):
-            for a2, b2 in segs[i + 1:]:
+            for a2, b2 in segs[i + 1 :]:
                 total += (a1 - a2) * (b1 - b2) < 0
     return total
 
@@ -176,17 +176,21 @@ def _place_x(ranks: list[list[str]], width: dict[str, float], anchor: dict[str, 
     return x
 
 
-def layered_layout(nodes: Sequence[str], sizes: Mapping[str, tuple[float, float]],
-                   edges: Sequence[tuple[str, str]], labels: Sequence[tuple[float, float]] | None = None,
-                   roots: Sequence[str] = (), margin: float = 16.0) -> Layout:
+def layered_layout(
+    nodes: Sequence[str],
+    sizes: Mapping[str, tuple[float, float]],
+    edges: Sequence[tuple[str, str]],
+    labels: Sequence[tuple[float, float]] | None = None,
+    roots: Sequence[str] = (),
+    margin: float = 16.0,
+) -> Layout:
     """Lay out `nodes`; `labels[i]` is the (width, height) of edge i's label ((0, 0): none)."""
     labels = list(labels or [(0.0, 0.0)] * len(edges))
     back = _break_cycles(nodes, edges, roots)
     dag_edges = [(b, a) if i in back else (a, b) for i, (a, b) in enumerate(edges) if a != b]
     layer = _layers(nodes, dag_edges)
     rank = {n: 2 * layer[n] for n in nodes}
-    width = {n: float(sizes[n][0]) + (2 * (LOOP_OUT + 8) if any(a == b == n for a, b in edges) else 0.0)
-             for n in nodes}
+    width = {n: float(sizes[n][0]) + (2 * (LOOP_OUT + 8) if any(a == b == n for a, b in edges) else 0.0) for n in nodes}
     height = {n: float(sizes[n][1]) for n in nodes}
     up: dict[str, list[str]] = {n: [] for n in nodes}
     down: dict[str, list[str]] = {n: [] for n in nodes}
@@ -266,8 +270,10 @@ def _ports(edges, back, chains, boxes, dx) -> dict[tuple[int, str], tuple[float,
             continue
         chain = chains[i]
         # forward: leaves a's bottom, enters b's top; back edges the other way round
-        for node, side, nxt in ((a, "top" if i in back else "bottom", chain[1]),
-                                (b, "bottom" if i in back else "top", chain[-2])):
+        for node, side, nxt in (
+            (a, "top" if i in back else "bottom", chain[1]),
+            (b, "bottom" if i in back else "top", chain[-2]),
+        ):
             sides.setdefault((node, side), []).append((dx.get(nxt, boxes[nxt].x if nxt in boxes else 0.0), i))
     out: dict[tuple[int, str], tuple[float, float]] = {}
     for (node, side), items in sides.items():

@@ -22,14 +22,24 @@ import base64
 import math
 import sys
 from array import array
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from .tokens import Vocab
 from .trajectory import Rollout, Sample, Trajectory, final_answer, scalar_reward
 
 DEFAULT_MAX_TOKENS = 1_000_000
-CALL_FIELDS = ("endpoint", "prompt_tokens", "completion_tokens", "cached_tokens", "latency_s", "finish_reason", "cost",
-               "error", "start_s")
+CALL_FIELDS = (
+    "endpoint",
+    "prompt_tokens",
+    "completion_tokens",
+    "cached_tokens",
+    "latency_s",
+    "finish_reason",
+    "cost",
+    "error",
+    "start_s",
+)
 
 
 def _b64(arr: array) -> str:
@@ -106,9 +116,16 @@ def _call_row(c: dict[str, Any], nodes: _Index) -> list[Any]:
     return row
 
 
-def build_payload(traj: Trajectory, vocab: Vocab, node_order: Sequence[str], *, roles: dict[str, str] | None = None,
-                  max_tokens: int = DEFAULT_MAX_TOKENS, notices: Sequence[str] = (),
-                  selected: tuple[int | None, int | None] = (None, None)) -> dict[str, Any]:
+def build_payload(
+    traj: Trajectory,
+    vocab: Vocab,
+    node_order: Sequence[str],
+    *,
+    roles: dict[str, str] | None = None,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    notices: Sequence[str] = (),
+    selected: tuple[int | None, int | None] = (None, None),
+) -> dict[str, Any]:
     nodes = _Index(node_order)
     kinds = _Index(["generated", "observation", "template", "padding", ""])
     budget = max_tokens
@@ -132,11 +149,23 @@ def build_payload(traj: Trajectory, vocab: Vocab, node_order: Sequence[str], *, 
     samples: list[dict[str, Any]] = []
     for ri, r in enumerate(traj.rollouts):
         path = [[nodes(nd), v] for nd, v in r.path]
-        rollouts.append({"g": r.group, "n": r.n, "id": r.rollout_id, "status": r.status, "reward": r.reward,
-                         "rs": scalar_reward(r.reward), "error": r.error, "elapsed": round(r.elapsed_s, 6),
-                         "engine": round(r.engine_s, 6), "path": path,
-                         "calls": [_call_row(dict(c), nodes) for c in r.calls], "samples": [],
-                         "answer": final_answer(r)[:300]})
+        rollouts.append(
+            {
+                "g": r.group,
+                "n": r.n,
+                "id": r.rollout_id,
+                "status": r.status,
+                "reward": r.reward,
+                "rs": scalar_reward(r.reward),
+                "error": r.error,
+                "elapsed": round(r.elapsed_s, 6),
+                "engine": round(r.engine_s, 6),
+                "path": path,
+                "calls": [_call_row(dict(c), nodes) for c in r.calls],
+                "samples": [],
+                "answer": final_answer(r)[:300],
+            }
+        )
     by_rollout = {id(r): i for i, r in enumerate(traj.rollouts)}
     for r, s, keep in chosen:
         ri = by_rollout[id(r)]
@@ -147,19 +176,45 @@ def build_payload(traj: Trajectory, vocab: Vocab, node_order: Sequence[str], *, 
             tok = _b64(array("I" if wide else "H", (local[t] for t in s.tokens)))
             lp = _b64(_lp_u16(s.log_probs))
         trained = sum(s.loss_mask)
-        samples.append({"r": ri, "i": s.index, "status": s.status, "reward": s.reward, "rs": scalar_reward(s.reward),
-                        "pl": s.prompt_length, "rl": s.response_length, "trained": trained,
-                        "masked": s.response_length - trained, "spans": spans, "tok": tok, "lp": lp})
+        samples.append(
+            {
+                "r": ri,
+                "i": s.index,
+                "status": s.status,
+                "reward": s.reward,
+                "rs": scalar_reward(s.reward),
+                "pl": s.prompt_length,
+                "rl": s.response_length,
+                "trained": trained,
+                "masked": s.response_length - trained,
+                "spans": spans,
+                "tok": tok,
+                "lp": lp,
+            }
+        )
     notes = list(notices)
     if omitted:
-        notes.append(f"{omitted} of {len(chosen)} training samples have no token strip: the file keeps at most "
-                     f"{max_tokens:,} tokens (--max-tokens). Narrow it with --group G / --sample N, or raise the cap.")
+        notes.append(
+            f"{omitted} of {len(chosen)} training samples have no token strip: the file keeps at most "
+            f"{max_tokens:,} tokens (--max-tokens). Narrow it with --group G / --sample N, or raise the cap."
+        )
     return {
         "format": "graphrl.trajectory-view/1",
-        "meta": {"graph": traj.graph, "source": traj.source, "tokenizer": vocab.name, "notices": notes,
-                 "max_tokens": max_tokens, "omitted": omitted, "group": selected[0], "sample": selected[1]},
-        "nodes": nodes.names, "roles": {k: v for k, v in (roles or {}).items()}, "kinds": kinds.names,
+        "meta": {
+            "graph": traj.graph,
+            "source": traj.source,
+            "tokenizer": vocab.name,
+            "notices": notes,
+            "max_tokens": max_tokens,
+            "omitted": omitted,
+            "group": selected[0],
+            "sample": selected[1],
+        },
+        "nodes": nodes.names,
+        "roles": {k: v for k, v in (roles or {}).items()},
+        "kinds": kinds.names,
         "call_fields": ["node", "visit", *CALL_FIELDS],
         "vocab": {"wide": wide, "ids": _b64(array("I", ids)), "text": texts, "raw": raw, "special": special},
-        "rollouts": rollouts, "samples": samples,
+        "rollouts": rollouts,
+        "samples": samples,
     }

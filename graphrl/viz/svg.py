@@ -31,8 +31,16 @@ ROLE_COLOURS = {  # fill, stroke
     "frozen": ("#f1f3f5", "#495057"),
     "none": ("#ffffff", "#868e96"),
 }
-EDGE_COLOURS = {"next": "#495057", "cond": "#495057", "default": "#495057", "start": "#495057",
-                "error": "#c92a2a", "limit": "#e67700", "loop": "#7048e8", "taken": "#2b8a3e"}
+EDGE_COLOURS = {
+    "next": "#495057",
+    "cond": "#495057",
+    "default": "#495057",
+    "start": "#495057",
+    "error": "#c92a2a",
+    "limit": "#e67700",
+    "loop": "#7048e8",
+    "taken": "#2b8a3e",
+}
 DASH = {"default": "6 4", "error": "4 3", "limit": "2 3"}
 
 STYLE = """
@@ -77,15 +85,23 @@ def _shape(n: DNode, x0: float, y0: float, w: float, h: float, fill: str, stroke
     a = f'fill="{fill}" stroke="{stroke}" stroke-width="1.5"'
     if n.form == "hexagon":
         k = min(12.0, h / 2)
-        pts = [(x0 + k, y0), (x0 + w - k, y0), (x0 + w, y0 + h / 2), (x0 + w - k, y0 + h), (x0 + k, y0 + h),
-               (x0, y0 + h / 2)]
+        pts = [
+            (x0 + k, y0),
+            (x0 + w - k, y0),
+            (x0 + w, y0 + h / 2),
+            (x0 + w - k, y0 + h),
+            (x0 + k, y0 + h),
+            (x0, y0 + h / 2),
+        ]
         return f'<polygon points="{" ".join(f"{fmt(px)},{fmt(py)}" for px, py in pts)}" {a}/>'
     rx = {"rounded": 10, "tool": 2, "dashed": 2}.get(n.form, 10)
     dash = ' stroke-dasharray="5 3"' if n.form == "dashed" else ""
     out = f'<rect x="{fmt(x0)}" y="{fmt(y0)}" width="{fmt(w)}" height="{fmt(h)}" rx="{rx}" {a}{dash}/>'
     if n.form == "tool":
-        out += (f'<line x1="{fmt(x0 + 5)}" y1="{fmt(y0)}" x2="{fmt(x0 + 5)}" y2="{fmt(y0 + h)}" '
-                f'stroke="{stroke}" stroke-width="1.5"/>')
+        out += (
+            f'<line x1="{fmt(x0 + 5)}" y1="{fmt(y0)}" x2="{fmt(x0 + 5)}" y2="{fmt(y0 + h)}" '
+            f'stroke="{stroke}" stroke-width="1.5"/>'
+        )
     return out
 
 
@@ -93,22 +109,27 @@ def _node(n: DNode, box, dy: float) -> str:
     x0, y0 = box.x - box.w / 2, box.y - box.h / 2 + dy
     attrs = f'class="g-node g-role-{n.role} g-kind-{n.kind}" data-node={quoteattr(n.id)}'
     title = f"<title>{escape(n.title or n.id)}</title>"
-    badge = (f'<text class="g-visits" data-node={quoteattr(n.id)} x="{fmt(x0 + box.w + 3)}" '
-             f'y="{fmt(y0 + 2)}"></text>')
+    badge = f'<text class="g-visits" data-node={quoteattr(n.id)} x="{fmt(x0 + box.w + 3)}" y="{fmt(y0 + 2)}"></text>'
     if n.kind == "start":
-        return (f'<g {attrs}>{title}<circle cx="{fmt(box.x)}" cy="{fmt(box.y + dy)}" r="7" fill="#343a40"/>'
-                f'{badge}</g>')
+        return f'<g {attrs}>{title}<circle cx="{fmt(box.x)}" cy="{fmt(box.y + dy)}" r="7" fill="#343a40"/>{badge}</g>'
     if n.kind in ("end", "abort"):
         fill = "#343a40" if n.kind == "end" else "#c92a2a"
-        return (f'<g {attrs}>{title}<rect x="{fmt(x0)}" y="{fmt(y0)}" width="{fmt(box.w)}" height="{fmt(box.h)}" '
-                f'rx="12" fill="{fill}"/><text x="{fmt(box.x)}" y="{fmt(box.y + dy + 4)}" text-anchor="middle" '
-                f'font-size="11" style="fill:#fff">{escape(n.id)}</text>{badge}</g>')
+        return (
+            f'<g {attrs}>{title}<rect x="{fmt(x0)}" y="{fmt(y0)}" width="{fmt(box.w)}" height="{fmt(box.h)}" '
+            f'rx="12" fill="{fill}"/><text x="{fmt(box.x)}" y="{fmt(box.y + dy + 4)}" text-anchor="middle" '
+            f'font-size="11" style="fill:#fff">{escape(n.id)}</text>{badge}</g>'
+        )
     fill, stroke = ROLE_COLOURS.get(n.role, ROLE_COLOURS["none"])
-    parts = [f"<g {attrs}>", title, _shape(n, x0, y0, box.w, box.h, fill, stroke),
-             f'<text class="g-id" x="{fmt(x0 + PAD_X)}" y="{fmt(y0 + PAD_Y + 12)}">{escape(n.id)}</text>']
+    parts = [
+        f"<g {attrs}>",
+        title,
+        _shape(n, x0, y0, box.w, box.h, fill, stroke),
+        f'<text class="g-id" x="{fmt(x0 + PAD_X)}" y="{fmt(y0 + PAD_Y + 12)}">{escape(n.id)}</text>',
+    ]
     for i, line in enumerate(n.lines):
-        parts.append(f'<text class="g-line" x="{fmt(x0 + PAD_X)}" y="{fmt(y0 + PAD_Y + 28 + 14 * i)}">'
-                     f"{escape(line)}</text>")
+        parts.append(
+            f'<text class="g-line" x="{fmt(x0 + PAD_X)}" y="{fmt(y0 + PAD_Y + 28 + 14 * i)}">{escape(line)}</text>'
+        )
     parts.append(badge + "</g>")
     return "".join(parts)
 
@@ -151,25 +172,35 @@ def _markers() -> str:
     return "".join(
         f'<marker id="g-arrow-{k}" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" '
         f'orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="{c}"/></marker>'
-        for k, c in EDGE_COLOURS.items())
+        for k, c in EDGE_COLOURS.items()
+    )
 
 
 def _legend(y: float) -> tuple[str, float, float]:
     parts, x = ['<g class="g-legend">'], 16.0
     for role, text in ROLE_TEXT.items():
         fill, stroke = ROLE_COLOURS[role]
-        parts.append(f'<rect x="{fmt(x)}" y="{fmt(y)}" width="14" height="12" rx="3" fill="{fill}" stroke="{stroke}"/>'
-                     f'<text x="{fmt(x + 20)}" y="{fmt(y + 10)}">{escape(text)}</text>')
+        parts.append(
+            f'<rect x="{fmt(x)}" y="{fmt(y)}" width="14" height="12" rx="3" fill="{fill}" stroke="{stroke}"/>'
+            f'<text x="{fmt(x + 20)}" y="{fmt(y + 10)}">{escape(text)}</text>'
+        )
         x += 20 + text_width(text, LABEL_PX) + 18
     width = x
     x, y2 = 16.0, y + 20
-    for style, text in [("cond", EDGE_TEXT["cond"]), ("default", EDGE_TEXT["default"]), ("error", "on_error"),
-                        ("limit", "on_limit"), ("loop", "loop (back edge)")]:
+    for style, text in [
+        ("cond", EDGE_TEXT["cond"]),
+        ("default", EDGE_TEXT["default"]),
+        ("error", "on_error"),
+        ("limit", "on_limit"),
+        ("loop", "loop (back edge)"),
+    ]:
         colour = EDGE_COLOURS["loop" if style == "loop" else style]
         dash = f' stroke-dasharray="{DASH[style]}"' if style in DASH else ""
-        parts.append(f'<line x1="{fmt(x)}" y1="{fmt(y2 + 6)}" x2="{fmt(x + 22)}" y2="{fmt(y2 + 6)}" '
-                     f'stroke="{colour}" stroke-width="1.5"{dash}/><text x="{fmt(x + 28)}" y="{fmt(y2 + 10)}">'
-                     f"{escape(text)}</text>")
+        parts.append(
+            f'<line x1="{fmt(x)}" y1="{fmt(y2 + 6)}" x2="{fmt(x + 22)}" y2="{fmt(y2 + 6)}" '
+            f'stroke="{colour}" stroke-width="1.5"{dash}/><text x="{fmt(x + 28)}" y="{fmt(y2 + 10)}">'
+            f"{escape(text)}</text>"
+        )
         x += 28 + text_width(text, LABEL_PX) + 18
     parts.append("</g>")
     return "".join(parts), max(width, x), 40.0
@@ -184,10 +215,16 @@ def render_svg(d: Diagram, legend: bool = True) -> str:
     sub = d.note or d.description or ""
     width = max(lay.width, leg_w, text_width(d.name, 15) + 32, text_width(sub, 11) + 32)
     height = dy + lay.height + (leg_h + 8 if legend else 0)
-    head = (f'<text x="16" y="20" font-size="15" font-weight="700" style="fill:#212529">{escape(d.name)}</text>'
-            f'<text x="16" y="34" font-size="11" style="fill:#868e96">{escape(sub)}</text>')
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" class="g-diagram" width="{fmt(width)}" height="{fmt(height)}" '
-            f'viewBox="0 0 {fmt(width)} {fmt(height)}" font-family="{FONT}" role="img">\n'
-            f"<title>{escape(d.name)}</title>\n<style>{STYLE}</style>\n<defs>{_markers()}</defs>\n"
-            f'<rect width="100%" height="100%" fill="#fff"/>\n{head}\n'
-            + "\n".join(body) + ("\n" + leg if leg else "") + "\n</svg>\n")
+    head = (
+        f'<text x="16" y="20" font-size="15" font-weight="700" style="fill:#212529">{escape(d.name)}</text>'
+        f'<text x="16" y="34" font-size="11" style="fill:#868e96">{escape(sub)}</text>'
+    )
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="g-diagram" width="{fmt(width)}" height="{fmt(height)}" '
+        f'viewBox="0 0 {fmt(width)} {fmt(height)}" font-family="{FONT}" role="img">\n'
+        f"<title>{escape(d.name)}</title>\n<style>{STYLE}</style>\n<defs>{_markers()}</defs>\n"
+        f'<rect width="100%" height="100%" fill="#fff"/>\n{head}\n'
+        + "\n".join(body)
+        + ("\n" + leg if leg else "")
+        + "\n</svg>\n"
+    )

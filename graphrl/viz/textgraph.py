@@ -31,36 +31,49 @@ def _dq(text: str) -> str:
     return '"' + _esc(text) + '"'
 
 
-DOT_SHAPES = {"rounded": ("box", "rounded,filled"), "tool": ("component", "filled"), "hexagon": ("hexagon", "filled"),
-              "dashed": ("box", "dashed,filled"), "start": ("point", "filled"), "end": ("box", "rounded,filled"),
-              "abort": ("box", "rounded,filled")}
+DOT_SHAPES = {
+    "rounded": ("box", "rounded,filled"),
+    "tool": ("component", "filled"),
+    "hexagon": ("hexagon", "filled"),
+    "dashed": ("box", "dashed,filled"),
+    "start": ("point", "filled"),
+    "end": ("box", "rounded,filled"),
+    "abort": ("box", "rounded,filled"),
+}
 
 
 def to_dot(d: Diagram) -> str:
-    lines = [f"// graphrl visualize: {d.name}", f"digraph {_dq(d.name)} {{",
-             f"  graph [rankdir=TB, labelloc=t, fontname={_dq(FONT)}, label={_dq(d.name)}];",
-             f"  node [fontname={_dq(FONT)}, fontsize=11, margin=\"0.15,0.06\"];",
-             f"  edge [fontname={_dq(FONT)}, fontsize=10];"]
+    lines = [
+        f"// graphrl visualize: {d.name}",
+        f"digraph {_dq(d.name)} {{",
+        f"  graph [rankdir=TB, labelloc=t, fontname={_dq(FONT)}, label={_dq(d.name)}];",
+        f'  node [fontname={_dq(FONT)}, fontsize=11, margin="0.15,0.06"];',
+        f"  edge [fontname={_dq(FONT)}, fontsize=10];",
+    ]
     for n in d.nodes:
         shape, style = DOT_SHAPES[n.form]
         if n.kind == "start":
-            lines.append(f"  {_dq(n.id)} [shape=point, width=0.15, color=\"#343a40\", tooltip=\"start\"];")
+            lines.append(f'  {_dq(n.id)} [shape=point, width=0.15, color="#343a40", tooltip="start"];')
             continue
         if n.kind in ("end", "abort"):
             fill = "#343a40" if n.kind == "end" else "#c92a2a"
-            lines.append(f"  {_dq(n.id)} [shape={shape}, style=\"{style}\", fillcolor=\"{fill}\", color=\"{fill}\", "
-                         f"fontcolor=\"#ffffff\", label={_dq(n.id)}];")
+            lines.append(
+                f'  {_dq(n.id)} [shape={shape}, style="{style}", fillcolor="{fill}", color="{fill}", '
+                f'fontcolor="#ffffff", label={_dq(n.id)}];'
+            )
             continue
         fill, stroke = ROLE_COLOURS.get(n.role, ROLE_COLOURS["none"])
         label = "".join(_esc(x) + "\\l" for x in (n.id, *n.lines))  # \l: left-justified lines
-        lines.append(f"  {_dq(n.id)} [shape={shape}, style=\"{style}\", fillcolor=\"{fill}\", color=\"{stroke}\", "
-                     f"label=\"{label}\", tooltip={_dq(ROLE_TEXT.get(n.role, n.role))}, "
-                     f"class=\"role-{n.role} kind-{n.kind}\"];")
+        lines.append(
+            f'  {_dq(n.id)} [shape={shape}, style="{style}", fillcolor="{fill}", color="{stroke}", '
+            f'label="{label}", tooltip={_dq(ROLE_TEXT.get(n.role, n.role))}, '
+            f'class="role-{n.role} kind-{n.kind}"];'
+        )
     for e in d.edges:
         colour = EDGE_COLOURS.get(e.style, EDGE_COLOURS["next"])
-        attrs = [f"color=\"{colour}\""]
+        attrs = [f'color="{colour}"']
         if e.text:
-            attrs += [f"label={_dq(e.text)}", f"fontcolor=\"{colour}\""]
+            attrs += [f"label={_dq(e.text)}", f'fontcolor="{colour}"']
         if e.title and e.title != e.text:
             attrs.append(f"tooltip={_dq(e.title)}")
         if e.style in DASH:
@@ -76,14 +89,28 @@ def _mid(nid: str) -> str:
 
 def _mq(text: str) -> str:
     """Mermaid quoted label text: entity codes for characters that end or break a label."""
-    for a, b in (("&", "#amp;"), ('"', "#quot;"), ("<", "#lt;"), (">", "#gt;"), ("|", "#124;"),
-                 ("{", "#123;"), ("}", "#125;")):
+    for a, b in (
+        ("&", "#amp;"),
+        ('"', "#quot;"),
+        ("<", "#lt;"),
+        (">", "#gt;"),
+        ("|", "#124;"),
+        ("{", "#123;"),
+        ("}", "#125;"),
+    ):
         text = text.replace(a, b)
     return text
 
 
-MERMAID_SHAPES = {"rounded": ('("', '")'), "tool": ('[["', '"]]'), "hexagon": ('{{"', '"}}'), "dashed": ('["', '"]'),
-                  "start": ('(("', '"))'), "end": ('(["', '"])'), "abort": ('(["', '"])')}
+MERMAID_SHAPES = {
+    "rounded": ('("', '")'),
+    "tool": ('[["', '"]]'),
+    "hexagon": ('{{"', '"}}'),
+    "dashed": ('["', '"]'),
+    "start": ('(("', '"))'),
+    "end": ('(["', '"])'),
+    "abort": ('(["', '"])'),
+}
 
 
 def to_mermaid(d: Diagram) -> str:

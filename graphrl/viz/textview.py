@@ -34,12 +34,15 @@ def _reward(v) -> str:
     return "-" if x is None else f"{x:.4g}"
 
 
-def _sample_text(s: Sample, vocab: Vocab, colours: dict[str, int], color: bool, max_tokens: int,
-                 show_prompt: bool) -> list[str]:
+def _sample_text(
+    s: Sample, vocab: Vocab, colours: dict[str, int], color: bool, max_tokens: int, show_prompt: bool
+) -> list[str]:
     table = vocab.lookup(s.tokens)
     texts = join_texts(s.tokens, table)
-    out = [f"  -- training sample {s.index}: {s.status}, reward {_reward(s.reward)}; prompt {s.prompt_length} "
-           f"tokens, response {s.response_length} (trained {s.trained}, masked {s.response_length - s.trained})"]
+    out = [
+        f"  -- training sample {s.index}: {s.status}, reward {_reward(s.reward)}; prompt {s.prompt_length} "
+        f"tokens, response {s.response_length} (trained {s.trained}, masked {s.response_length - s.trained})"
+    ]
     if show_prompt and s.prompt_length:
         out.append(_paint("".join(texts[: s.prompt_length]), "\x1b[2m", color))
     parts: list[str] = []
@@ -49,7 +52,7 @@ def _sample_text(s: Sample, vocab: Vocab, colours: dict[str, int], color: bool, 
             break
         b = min(b, a + max_tokens - shown)
         shown += b - a
-        text = "".join(texts[s.prompt_length + a: s.prompt_length + b])
+        text = "".join(texts[s.prompt_length + a : s.prompt_length + b])
         colour = colours.setdefault(node, PALETTE[len(colours) % len(PALETTE)])
         if color:
             parts.append(_paint(text, _style(colour, mask), True))
@@ -61,20 +64,25 @@ def _sample_text(s: Sample, vocab: Vocab, colours: dict[str, int], color: bool, 
     return out
 
 
-def _rollout_text(r: Rollout, vocab: Vocab, colours: dict[str, int], color: bool, max_tokens: int,
-                  show_prompt: bool) -> list[str]:
+def _rollout_text(
+    r: Rollout, vocab: Vocab, colours: dict[str, int], color: bool, max_tokens: int, show_prompt: bool
+) -> list[str]:
     bold = "\x1b[1m" if color else ""
     reset = RESET if color else ""
-    out = [f"{bold}== group {r.group} · sample {r.n} · rollout {r.rollout_id} · {r.status} · reward "
-           f"{_reward(r.reward)} · {len(r.samples)} training sample(s) · {r.elapsed_s:.3f} s =={reset}"]
+    out = [
+        f"{bold}== group {r.group} · sample {r.n} · rollout {r.rollout_id} · {r.status} · reward "
+        f"{_reward(r.reward)} · {len(r.samples)} training sample(s) · {r.elapsed_s:.3f} s =={reset}"
+    ]
     if r.error:
         out.append(f"  error: {r.error}")
     if r.path:
         out.append("  path: " + " -> ".join(f"{n}#{v}" for n, v in r.path))
     for c in r.calls:
-        out.append(f"  call {c.get('node')}#{c.get('visit')} {c.get('endpoint', '')}: {float(c.get('latency_s') or 0):.3f} s, "
-                   f"in {c.get('prompt_tokens', 0)}, out {c.get('completion_tokens', 0)}, cached {c.get('cached_tokens', 0)}, "
-                   f"{c.get('finish_reason', '')}" + (f", error: {c['error']}" if c.get("error") else ""))
+        out.append(
+            f"  call {c.get('node')}#{c.get('visit')} {c.get('endpoint', '')}: {float(c.get('latency_s') or 0):.3f} s, "
+            f"in {c.get('prompt_tokens', 0)}, out {c.get('completion_tokens', 0)}, cached {c.get('cached_tokens', 0)}, "
+            f"{c.get('finish_reason', '')}" + (f", error: {c['error']}" if c.get("error") else "")
+        )
     answer = final_answer(r)
     if answer:
         out.append(f"  answer: {answer[:200]!r}")
@@ -83,11 +91,20 @@ def _rollout_text(r: Rollout, vocab: Vocab, colours: dict[str, int], color: bool
     return out
 
 
-def text_view(traj: Trajectory, vocab: Vocab, *, color: bool = True, max_tokens: int = 2000,
-              show_prompt: bool = False, notices: tuple[str, ...] = ()) -> str:
+def text_view(
+    traj: Trajectory,
+    vocab: Vocab,
+    *,
+    color: bool = True,
+    max_tokens: int = 2000,
+    show_prompt: bool = False,
+    notices: tuple[str, ...] = (),
+) -> str:
     colours: dict[str, int] = {}
-    lines = [f"graphrl trajectory · {traj.graph or 'unknown graph'} · {traj.source} · "
-             f"{len(traj.groups())} group(s), {len(traj.rollouts)} rollout(s)"]
+    lines = [
+        f"graphrl trajectory · {traj.graph or 'unknown graph'} · {traj.source} · "
+        f"{len(traj.groups())} group(s), {len(traj.rollouts)} rollout(s)"
+    ]
     lines += [f"note: {n}" for n in notices]
     for r in traj.rollouts:
         lines += _rollout_text(r, vocab, colours, color, max_tokens, show_prompt)

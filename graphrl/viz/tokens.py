@@ -15,9 +15,10 @@ re-tokenised here: ids are only looked up.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,7 @@ def load_tokenizer(spec: str) -> Any:
         return resolve_tokenizer(spec)
     except MissingDependency:
         raise
-    except Exception as exc:  # noqa: BLE001 - the loader's message is the explanation
+    except Exception as exc:
         reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
         raise TokenizerUnavailable(f"tokenizer {spec!r} cannot be loaded: {reason}") from None
 
@@ -108,13 +109,15 @@ def load_vocab(spec: str | None, recorded: str | None = None) -> tuple[Vocab, st
     if recorded:
         try:
             return Vocab(recorded, load_tokenizer(recorded)), None
-        except Exception as exc:  # noqa: BLE001 - a missing recorded tokenizer only costs the token texts
-            note = f"the run's tokenizer '{recorded}' is unavailable here ({exc}); token texts use qwen and may be wrong"
+        except Exception as exc:
+            note = (
+                f"the run's tokenizer '{recorded}' is unavailable here ({exc}); token texts use qwen and may be wrong"
+            )
     else:
         note = "the trajectory does not record its tokenizer (an older file?): token texts use qwen; pass --tokenizer"
     try:
         return Vocab("qwen", load_tokenizer("qwen")), note
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         return Vocab("ids"), f"token texts unavailable ({exc}); showing token ids"
 
 

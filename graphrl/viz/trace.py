@@ -46,28 +46,73 @@ def _events(r: Rollout) -> list[dict[str, Any]]:
         for c in mine:
             start = float(c["start_s"]) if c.get("start_s") is not None else t
             dur = float(c.get("latency_s") or 0.0)
-            args = {k: c.get(k) for k in ("endpoint", "prompt_tokens", "completion_tokens", "cached_tokens",
-                                          "finish_reason", "cost", "error") if c.get(k) is not None}
-            out.append({"name": name, "cat": "tool" if str(c.get("endpoint", "")).startswith("tool:") else "llm",
-                        "ph": "X", "ts": _us(start), "dur": _us(dur), "pid": pid, "tid": tid, "args": args})
+            args = {
+                k: c.get(k)
+                for k in (
+                    "endpoint",
+                    "prompt_tokens",
+                    "completion_tokens",
+                    "cached_tokens",
+                    "finish_reason",
+                    "cost",
+                    "error",
+                )
+                if c.get(k) is not None
+            }
+            out.append(
+                {
+                    "name": name,
+                    "cat": "tool" if str(c.get("endpoint", "")).startswith("tool:") else "llm",
+                    "ph": "X",
+                    "ts": _us(start),
+                    "dur": _us(dur),
+                    "pid": pid,
+                    "tid": tid,
+                    "args": args,
+                }
+            )
             t = max(t, start + dur)
     total = max(r.elapsed_s, t)
-    head = {"name": f"rollout {r.rollout_id}", "cat": "rollout", "ph": "X", "ts": 0.0, "dur": _us(total),
-            "pid": pid, "tid": tid,
-            "args": {"status": r.status, "reward": scalar_reward(r.reward), "samples": len(r.samples),
-                     "trained_tokens": sum(s.trained for s in r.samples), "engine_s": r.engine_s,
-                     **({"error": r.error} if r.error else {})}}
+    head = {
+        "name": f"rollout {r.rollout_id}",
+        "cat": "rollout",
+        "ph": "X",
+        "ts": 0.0,
+        "dur": _us(total),
+        "pid": pid,
+        "tid": tid,
+        "args": {
+            "status": r.status,
+            "reward": scalar_reward(r.reward),
+            "samples": len(r.samples),
+            "trained_tokens": sum(s.trained for s in r.samples),
+            "engine_s": r.engine_s,
+            **({"error": r.error} if r.error else {}),
+        },
+    }
     return [head, *out]
 
 
 def chrome_trace(traj: Trajectory) -> dict[str, Any]:
     events: list[dict[str, Any]] = []
     for g in traj.groups():
-        events.append({"name": "process_name", "ph": "M", "pid": g + 1, "tid": 0, "args": {"name": f"prompt group {g}"}})
+        events.append(
+            {"name": "process_name", "ph": "M", "pid": g + 1, "tid": 0, "args": {"name": f"prompt group {g}"}}
+        )
         events.append({"name": "process_sort_index", "ph": "M", "pid": g + 1, "tid": 0, "args": {"sort_index": g}})
     for r in traj.rollouts:
-        events.append({"name": "thread_name", "ph": "M", "pid": r.group + 1, "tid": r.n + 1,
-                       "args": {"name": f"sample {r.n} (rollout {r.rollout_id})"}})
+        events.append(
+            {
+                "name": "thread_name",
+                "ph": "M",
+                "pid": r.group + 1,
+                "tid": r.n + 1,
+                "args": {"name": f"sample {r.n} (rollout {r.rollout_id})"},
+            }
+        )
         events += _events(r)
-    return {"traceEvents": events, "displayTimeUnit": "ms",
-            "otherData": {"source": traj.source, "graph": traj.graph or "", "generator": "graphrl visualize"}}
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {"source": traj.source, "graph": traj.graph or "", "generator": "graphrl visualize"},
+    }

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 try:
     import orjson
@@ -86,7 +87,7 @@ class Trajectory:
     def groups(self) -> list[int]:
         return sorted({r.group for r in self.rollouts})
 
-    def select(self, group: int | None = None, n: int | None = None) -> "Trajectory":
+    def select(self, group: int | None = None, n: int | None = None) -> Trajectory:
         keep = tuple(r for r in self.rollouts if (group is None or r.group == group) and (n is None or r.n == n))
         return replace(self, rollouts=keep)
 
@@ -141,8 +142,14 @@ def _check_sample(s: Sample) -> None:
 
 def _span(sp: Any, where: str) -> tuple[str, int, int, int, int, str]:
     try:
-        return (str(sp["node"]), int(sp.get("visit", 0)), int(sp["start"]), int(sp["end"]), int(sp.get("mask", 0)),
-                str(sp.get("kind", "")))
+        return (
+            str(sp["node"]),
+            int(sp.get("visit", 0)),
+            int(sp["start"]),
+            int(sp["end"]),
+            int(sp.get("mask", 0)),
+            str(sp.get("kind", "")),
+        )
     except (KeyError, TypeError, ValueError, AttributeError):
         raise TrajectoryError(f"{where}: a span needs node, start and end, got {str(sp)[:80]}") from None
 
@@ -169,11 +176,19 @@ def _sample(rec: Mapping[str, Any], where: str, index: int) -> Sample:
         raise TrajectoryError(f"{where}: response_length must be an integer") from None
     mask = rec.get("loss_mask")
     lps = rec.get("rollout_log_probs")
-    s = Sample(index=index, status=_status(rec.get("status")), reward=rec.get("reward"), tokens=tokens,
-               response_length=n, loss_mask=_ints(mask, "loss_mask", where) if mask is not None else (1,) * n,
-               log_probs=_floats(lps, "rollout_log_probs", where) if lps is not None else (0.0,) * n,
-               spans=tuple(_span(sp, where) for sp in rec.get("spans") or ()),
-               calls=tuple(rec.get("calls") or ()), response=rec.get("response"), where=where)
+    s = Sample(
+        index=index,
+        status=_status(rec.get("status")),
+        reward=rec.get("reward"),
+        tokens=tokens,
+        response_length=n,
+        loss_mask=_ints(mask, "loss_mask", where) if mask is not None else (1,) * n,
+        log_probs=_floats(lps, "rollout_log_probs", where) if lps is not None else (0.0,) * n,
+        spans=tuple(_span(sp, where) for sp in rec.get("spans") or ()),
+        calls=tuple(rec.get("calls") or ()),
+        response=rec.get("response"),
+        where=where,
+    )
     _check_sample(s)
     return s
 
@@ -216,8 +231,10 @@ def load_jsonl(path: str | Path) -> Trajectory:
             if not isinstance(rec, dict):
                 raise TrajectoryError(f"{where}:1: a trajectory line must be a JSON object")
             if "group" not in rec or "rollout_id" not in rec:
-                raise TrajectoryError(f"{where}:1: not a graphrl trajectory line (no 'group'/'rollout_id'); "
-                                      "expected the output of `graphrl run`")
+                raise TrajectoryError(
+                    f"{where}:1: not a graphrl trajectory line (no 'group'/'rollout_id'); "
+                    "expected the output of `graphrl run`"
+                )
             graph, sha = graph or rec.get("graph"), sha or rec.get("plan_sha256")
             if tokenizer is None and isinstance(rec.get("run"), dict) and isinstance(rec["run"].get("tokenizer"), str):
                 tokenizer = rec["run"]["tokenizer"]
@@ -232,12 +249,21 @@ def load_jsonl(path: str | Path) -> Trajectory:
         rec, info = ro["rec"], ro.get("rollout") or {}
         samples = tuple(sorted(ro["samples"], key=lambda s: s.index))
         status = rec.get("status") if not samples else samples[0].status
-        out.append(Rollout(group=group, n=n, rollout_id=rec.get("rollout_id"), status=_status(status),
-                           reward=rec.get("rollout_reward", rec.get("reward")), error=rec.get("error"),
-                           path=_path(info.get("path"), ro["where"]),
-                           calls=tuple(info.get("calls") or [c for s in samples for c in s.calls]),
-                           elapsed_s=float(info.get("elapsed_s") or 0.0), engine_s=float(info.get("engine_s") or 0.0),
-                           samples=samples))
+        out.append(
+            Rollout(
+                group=group,
+                n=n,
+                rollout_id=rec.get("rollout_id"),
+                status=_status(status),
+                reward=rec.get("rollout_reward", rec.get("reward")),
+                error=rec.get("error"),
+                path=_path(info.get("path"), ro["where"]),
+                calls=tuple(info.get("calls") or [c for s in samples for c in s.calls]),
+                elapsed_s=float(info.get("elapsed_s") or 0.0),
+                engine_s=float(info.get("engine_s") or 0.0),
+                samples=samples,
+            )
+        )
     return Trajectory(str(path), graph, sha, tuple(out), tuple(notes), tokenizer)
 
 
@@ -253,7 +279,7 @@ def load_pt(path: str | Path) -> Trajectory:
         raise MissingTorch(f"{path}: reading slime .pt dumps needs torch (pip install torch)") from None
     try:
         obj = torch.load(str(path), map_location="cpu", weights_only=False)
-    except Exception as exc:  # noqa: BLE001 - any unpickling failure is a bad input file
+    except Exception as exc:
         raise TrajectoryError(f"{path}: not a readable torch file: {type(exc).__name__}: {exc}") from None
     items = obj.get("samples") if isinstance(obj, Mapping) else obj
     if not isinstance(items, (list, tuple)):
@@ -268,8 +294,10 @@ def load_pt(path: str | Path) -> Trajectory:
         group = int(_field(item, "group_index") if _field(item, "group_index") is not None else 0)
         rid = gmeta.get("rollout_id", _field(item, "index") if _field(item, "index") is not None else k)
         ro = groups.setdefault(group, {}).setdefault(rid, {"samples": [], "path": (), "calls": [], "meta": gmeta})
-        rec = {name: _field(item, name) for name in ("tokens", "response_length", "loss_mask", "rollout_log_probs",
-                                                     "reward", "status", "response")}
+        rec = {
+            name: _field(item, name)
+            for name in ("tokens", "response_length", "loss_mask", "rollout_log_probs", "reward", "status", "response")
+        }
         rec["spans"], rec["calls"] = gmeta.get("spans") or (), gmeta.get("calls") or ()
         s = _sample(rec, where, len(ro["samples"]))
         if not s.spans and s.response_length:  # no graphrl metadata: one span per run of equal mask
@@ -284,10 +312,21 @@ def load_pt(path: str | Path) -> Trajectory:
         for n, (rid, ro) in enumerate(groups[group].items()):
             first = ro["samples"][0]
             reward = ro["meta"].get("rollout_reward", first.reward)
-            out.append(Rollout(group=group, n=n, rollout_id=rid, status=first.status, reward=reward,
-                               error=ro["meta"].get("error"), path=ro["path"], calls=tuple(ro["calls"]),
-                               elapsed_s=float(ro["meta"].get("elapsed_s") or 0.0),
-                               engine_s=float(ro["meta"].get("engine_s") or 0.0), samples=tuple(ro["samples"])))
+            out.append(
+                Rollout(
+                    group=group,
+                    n=n,
+                    rollout_id=rid,
+                    status=first.status,
+                    reward=reward,
+                    error=ro["meta"].get("error"),
+                    path=ro["path"],
+                    calls=tuple(ro["calls"]),
+                    elapsed_s=float(ro["meta"].get("elapsed_s") or 0.0),
+                    engine_s=float(ro["meta"].get("engine_s") or 0.0),
+                    samples=tuple(ro["samples"]),
+                )
+            )
     return Trajectory(str(path), graph, None, tuple(out))
 
 

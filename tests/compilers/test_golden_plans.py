@@ -54,7 +54,8 @@ def test_plan_matches_golden_file(graph: Path):
     assert golden.exists(), f"no golden file for {graph.name}: run with GRAPHRL_UPDATE_GOLDEN=1"
     assert golden.read_bytes() == text.encode("utf-8"), (
         f"{golden.relative_to(REPO)} is out of date; if the change is intended, regenerate it with "
-        "GRAPHRL_UPDATE_GOLDEN=1 and review the diff")
+        "GRAPHRL_UPDATE_GOLDEN=1 and review the diff"
+    )
 
 
 def test_every_golden_file_has_a_graph():
@@ -138,7 +139,8 @@ def test_inline_template_plan_from_another_directory(tmp_path: Path, monkeypatch
     (tmp_path / "prompts" / "sys.j2").write_text("You are terse.\n")
     (tmp_path / "g.yaml").write_text(
         "name: g\ninputs: {q: prompt}\nnodes:\n  a:\n    llm: policy\n"
-        "    prompt: [system: prompts/sys.j2, user: '{{ q }}']\n")
+        "    prompt: [system: prompts/sys.j2, user: '{{ q }}']\n"
+    )
     monkeypatch.chdir(tmp_path)
     g, diags = check_file("g.yaml")
     assert diags == []

@@ -53,8 +53,9 @@ def produced(diags: list[Diagnostic]) -> Counter:
 
 
 def _show(c: Counter) -> list[str]:
-    return sorted(f"{code} at {Path(f).name}:{line}:{col}" + (f" x{n}" if n > 1 else "")
-                  for (code, f, line, col), n in c.items())
+    return sorted(
+        f"{code} at {Path(f).name}:{line}:{col}" + (f" x{n}" if n > 1 else "") for (code, f, line, col), n in c.items()
+    )
 
 
 def test_corpus_is_there():
@@ -67,9 +68,9 @@ def test_fixture_produces_exactly_the_expected_diagnostics(fixture: Path):
     assert expected, f"{fixture.name} has no '# expect:' header"
     _, diags = check_file(fixture)
     got = produced(diags)
-    assert got == expected, (
-        f"{fixture.name}\n  expected: {_show(expected)}\n  got:      {_show(got)}\n"
-        + "\n".join(d.render() for d in diags))
+    assert got == expected, f"{fixture.name}\n  expected: {_show(expected)}\n  got:      {_show(got)}\n" + "\n".join(
+        d.render() for d in diags
+    )
     got_hints = [d.hint for d in diags if d.hint]
     for hint in hints:
         assert hint in got_hints, f"{fixture.name}: no diagnostic has hint {hint!r}; hints: {got_hints}"

@@ -35,8 +35,12 @@ TERMINALS = {"end", "abort"}
 # GRAPHRL_FUZZ=N multiplies the example counts and draws fresh random examples (for bug hunts);
 # by default the examples are derandomised, so CI runs are fast and reproducible.
 FUZZ = int(os.environ.get("GRAPHRL_FUZZ", "1"))
-SETTINGS = dict(deadline=None, derandomize=FUZZ == 1, database=None,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+SETTINGS = dict(
+    deadline=None,
+    derandomize=FUZZ == 1,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 @pytest.fixture(scope="module")
@@ -68,18 +72,52 @@ def dump(tree: Any) -> str:
 
 # ---------------------------------------------------------------- strategies
 
-WEIRD_STRINGS = ["{{", "{%", "}}", "%}", "{#", "{{ }}", "{% if %}", "{{ x.y.z }}", "\\boxed{", ":", "a:b",
-                 "..x:y", "os:path", "\x00", "\u202e", "\ud7ff", "\U0001f600", "🙂" * 50, "\t", "\n\n", "---",
-                 "&a", "*a", "!!python/object:os.system", "' \"", "" ]
+WEIRD_STRINGS = [
+    "{{",
+    "{%",
+    "}}",
+    "%}",
+    "{#",
+    "{{ }}",
+    "{% if %}",
+    "{{ x.y.z }}",
+    "\\boxed{",
+    ":",
+    "a:b",
+    "..x:y",
+    "os:path",
+    "\x00",
+    "\u202e",
+    "\ud7ff",
+    "\U0001f600",
+    "🙂" * 50,
+    "\t",
+    "\n\n",
+    "---",
+    "&a",
+    "*a",
+    "!!python/object:os.system",
+    "' \"",
+    "",
+]
 scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(), st.integers(min_value=10**18, max_value=10**40),
-    st.integers(max_value=-1), st.floats(allow_nan=True, allow_infinity=True),
-    st.text(max_size=12), st.sampled_from(WEIRD_STRINGS),
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.integers(min_value=10**18, max_value=10**40),
+    st.integers(max_value=-1),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12),
+    st.sampled_from(WEIRD_STRINGS),
 )
-values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3)
-                      | st.dictionaries(st.text(max_size=6), inner, max_size=3), max_leaves=6)
-key_names = st.one_of(st.text(min_size=0, max_size=10), st.sampled_from(WEIRD_STRINGS),
-                      st.integers(), st.booleans(), st.none())
+values = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=6,
+)
+key_names = st.one_of(
+    st.text(min_size=0, max_size=10), st.sampled_from(WEIRD_STRINGS), st.integers(), st.booleans(), st.none()
+)
 unknown_names = st.text(min_size=1, max_size=10).filter(lambda s: s.strip() == s and s not in TERMINALS)
 
 
@@ -110,9 +148,9 @@ def typo(word: str, draw) -> str:
     i = draw(st.integers(0, len(word) - 1))
     op = draw(st.sampled_from(["drop", "swap", "insert", "case"]))
     if op == "drop":
-        return word[:i] + word[i + 1:]
+        return word[:i] + word[i + 1 :]
     if op == "swap" and i + 1 < len(word):
-        return word[:i] + word[i + 1] + word[i] + word[i + 2:]
+        return word[:i] + word[i + 1] + word[i] + word[i + 2 :]
     if op == "case":
         return word.swapcase()
     return word[:i] + draw(st.characters()) + word[i:]
@@ -176,8 +214,11 @@ def edge_refs(tree: Any) -> list[tuple]:
         if isinstance(n.get("next"), str):
             out.append(base + ("next",))
         elif isinstance(n.get("next"), list):
-            out += [base + ("next", i, "goto") for i, b in enumerate(n["next"])
-                    if isinstance(b, dict) and isinstance(b.get("goto"), str)]
+            out += [
+                base + ("next", i, "goto")
+                for i, b in enumerate(n["next"])
+                if isinstance(b, dict) and isinstance(b.get("goto"), str)
+            ]
         if "switch" in n and isinstance(n.get("cases"), dict):
             out += [base + ("cases", k) for k, v in n["cases"].items() if isinstance(v, str)]
         for k in ("default", "on_limit"):
@@ -326,8 +367,11 @@ def test_unmutated_graphs_round_trip_through_the_dumper(workdir, name):
 @pytest.mark.parametrize("value", [10**40, -(10**40), math.inf, -math.inf, math.nan, "{{", True, None, [], {}])
 @pytest.mark.parametrize("field", ["max_tokens", "max_visits", "temperature", "llm", "prompt", "next", "parse"])
 def test_odd_values_in_a_node_field(workdir, field, value):
-    tree = copy.deepcopy(TREES["hello"]) if "hello" in TREES else {
-        "name": "h", "nodes": {"solve": {"llm": "policy", "prompt": "hi"}}}
+    tree = (
+        copy.deepcopy(TREES["hello"])
+        if "hello" in TREES
+        else {"name": "h", "nodes": {"solve": {"llm": "policy", "prompt": "hi"}}}
+    )
     first = node_ids(tree)[0]
     tree["nodes"][first][field] = value
     run_check(workdir, dump(tree))

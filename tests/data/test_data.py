@@ -14,11 +14,15 @@ REPO = Path(__file__).resolve().parents[2]
 
 DAPO_ORIGINAL = {
     "data_source": "math_dapo",
-    "prompt": [{"role": "user", "content":
-                "Solve the following math problem step by step. The last line of your response should be of "
-                "the form Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n"
-                "How many positive divisors does 36 have?\n\n"
-                "Remember to put your answer on its own line after \"Answer:\"."}],
+    "prompt": [
+        {
+            "role": "user",
+            "content": "Solve the following math problem step by step. The last line of your response should be of "
+            "the form Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n"
+            "How many positive divisors does 36 have?\n\n"
+            'Remember to put your answer on its own line after "Answer:".',
+        }
+    ],
     "ability": "MATH",
     "reward_model": {"ground_truth": "9", "style": "rule-lighteval/MATH_v2"},
     "extra_info": {"index": "a1b2"},
@@ -27,26 +31,38 @@ DAPO_ORIGINAL = {
 
 def test_dapo_original_rows_keep_the_problem_only():
     row = dapo(DAPO_ORIGINAL)
-    assert row == {"prompt": "How many positive divisors does 36 have?", "label": "9",
-                   "metadata": {"data_source": "math_dapo", "ability": "MATH", "extra_info": {"index": "a1b2"}}}
+    assert row == {
+        "prompt": "How many positive divisors does 36 have?",
+        "label": "9",
+        "metadata": {"data_source": "math_dapo", "ability": "MATH", "extra_info": {"index": "a1b2"}},
+    }
     assert dapo(DAPO_ORIGINAL, keep_instructions=True)["prompt"].startswith("Solve the following")
 
 
 def test_dapo_flat_rows_pass_through():
-    assert dapo({"prompt": "1+1?", "label": 2, "metadata": {"k": 1}}) == {"prompt": "1+1?", "label": "2",
-                                                                            "metadata": {"k": 1}}
+    assert dapo({"prompt": "1+1?", "label": 2, "metadata": {"k": 1}}) == {
+        "prompt": "1+1?",
+        "label": "2",
+        "metadata": {"k": 1},
+    }
     with pytest.raises(RowError, match="label, answer or reward_model.ground_truth"):
         dapo({"prompt": "1+1?"})
 
 
 def test_hotpotqa_list_context():
-    rec = {"_id": "x1", "question": "Which city?", "answer": "Paris", "type": "bridge",
-           "supporting_facts": [["France", 0]],
-           "context": [["France", ["France is a country.", " Its capital is Paris."]], ["Spain", ["Spain too."]]]}
+    rec = {
+        "_id": "x1",
+        "question": "Which city?",
+        "answer": "Paris",
+        "type": "bridge",
+        "supporting_facts": [["France", 0]],
+        "context": [["France", ["France is a country.", " Its capital is Paris."]], ["Spain", ["Spain too."]]],
+    }
     row = hotpotqa(rec)
     assert row["prompt"] == "Which city?" and row["label"] == ["Paris"]
-    assert row["metadata"]["context"] == ("Document 1: France\nFrance is a country. Its capital is Paris.\n\n"
-                                          "Document 2: Spain\nSpain too.")
+    assert row["metadata"]["context"] == (
+        "Document 1: France\nFrance is a country. Its capital is Paris.\n\nDocument 2: Spain\nSpain too."
+    )
     assert row["metadata"]["_id"] == "x1" and row["metadata"]["supporting_facts"] == [["France", 0]]
 
 
@@ -60,8 +76,12 @@ def test_hotpotqa_column_context_and_memagent_rows():
 
 
 def test_toolorchestra_flat_and_slime_adapted_rows_agree():
-    common = {"model_mapping": {"expert-1": "Qwen/Qwen3-32B"}, "pref_vec": {"accuracy": 1}, "category": "qa",
-              "tool_pricing": {"Qwen/Qwen3-32B": {"input": 0.8, "output": 0.8}}}
+    common = {
+        "model_mapping": {"expert-1": "Qwen/Qwen3-32B"},
+        "pref_vec": {"accuracy": 1},
+        "category": "qa",
+        "tool_pricing": {"Qwen/Qwen3-32B": {"input": 0.8, "output": 0.8}},
+    }
     tools = [{"type": "function", "function": {"name": "answer"}}]
     flat = {"id": "stem____1", "problem": "Q?", "answer": "A", "tools": tools, **common}
     adapted = {"problem": "Q?", "answer": "A", "tools": tools, "metadata": {"id": "stem____1", **common}}
@@ -123,5 +143,9 @@ def test_bundled_data_files_are_small_and_well_formed():
         assert row == json.loads(line)
         assert set(row["metadata"]["model_mapping"].values()) <= set(plan.models)
         assert {t["function"]["name"] for t in row["metadata"]["tools"]} == {
-            "search", "enhance_reasoning", "call_expert", "answer"}
+            "search",
+            "enhance_reasoning",
+            "call_expert",
+            "answer",
+        }
         assert set(row["metadata"]["pref_vec"]) >= {"accuracy", "cost", "latency"}

@@ -11,9 +11,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from graphrl.engines.base import Engine, EngineError, FinishReason  # noqa: E402
-from graphrl.engines.local import LocalEngine  # noqa: E402
-from graphrl.models.registry import load_model  # noqa: E402
+from graphrl.engines.base import Engine, EngineError, FinishReason
+from graphrl.engines.local import LocalEngine
+from graphrl.models.registry import load_model
 
 
 @pytest.fixture(scope="module")
@@ -93,8 +93,7 @@ def test_eos_stops_by_default_unless_ignore_eos(engine, prompt):
 
 def test_min_new_tokens_masks_stop_ids(engine, prompt):
     first = engine.generate_sync(prompt, {**GREEDY, "max_new_tokens": 1}).output_ids[0]
-    gen = engine.generate_sync(
-        prompt, {**GREEDY, "max_new_tokens": 4, "stop_token_ids": [first], "min_new_tokens": 3})
+    gen = engine.generate_sync(prompt, {**GREEDY, "max_new_tokens": 4, "stop_token_ids": [first], "min_new_tokens": 3})
     assert first not in gen.output_ids[:3]
     assert all(lp > float("-inf") for lp in gen.logprobs)
 
@@ -111,8 +110,7 @@ def test_stop_strings(engine, prompt):
     assert list(gen.output_ids) == out[: j + 1]  # ids are never trimmed
     full = tok.decode(out[: j + 1])
     assert gen.text == full[: full.find(s)]
-    kept = engine.generate_sync(
-        prompt, {**GREEDY, "max_new_tokens": 16, "stop": s, "no_stop_trim": True})
+    kept = engine.generate_sync(prompt, {**GREEDY, "max_new_tokens": 16, "stop": s, "no_stop_trim": True})
     assert kept.text == full and kept.output_ids == gen.output_ids
 
 
@@ -136,11 +134,14 @@ def test_engine_seed_makes_unseeded_requests_reproducible(tiny, prompt):
     assert runs[0] == runs[1] and runs[0][0] != runs[0][1]
 
 
-@pytest.mark.parametrize("sp,temperature", [
-    ({"temperature": 0.0}, 1.0),
-    ({"temperature": 1.0}, 1.0),
-    ({"temperature": 0.7, "top_p": 0.9, "top_k": 50}, 0.7),  # reported before the top-p/k cut
-])
+@pytest.mark.parametrize(
+    "sp,temperature",
+    [
+        ({"temperature": 0.0}, 1.0),
+        ({"temperature": 1.0}, 1.0),
+        ({"temperature": 0.7, "top_p": 0.9, "top_k": 50}, 0.7),  # reported before the top-p/k cut
+    ],
+)
 def test_logprobs_match_a_full_forward_pass(tiny, prompt, sp, temperature):
     model, _ = tiny
     eng = LocalEngine(*tiny, device="cpu", seed=0, prefix_cache_entries=0)
@@ -231,13 +232,11 @@ def test_async_generate_serialises_and_abort_returns_partial_tokens(tiny, prompt
     eng._forward = spy
 
     async def main():
-        long = asyncio.ensure_future(eng.generate(
-            prompt, {"max_new_tokens": 100000, "ignore_eos": True}, rid="long"))
+        long = asyncio.ensure_future(eng.generate(prompt, {"max_new_tokens": 100000, "ignore_eos": True}, rid="long"))
         queued = asyncio.ensure_future(eng.generate(prompt, {"max_new_tokens": 4}, rid="queued"))
         gens = await asyncio.gather(long, queued)
         assert not eng.abort("long")  # finished requests are forgotten
-        others = await asyncio.gather(*(eng.generate([5, 6, 7], {**GREEDY, "max_new_tokens": 3})
-                                        for _ in range(4)))
+        others = await asyncio.gather(*(eng.generate([5, 6, 7], {**GREEDY, "max_new_tokens": 3}) for _ in range(4)))
         await eng.close()
         with pytest.raises(EngineError):
             await eng.generate([1], {})

@@ -10,7 +10,7 @@ from graphrl.engines.sampling import SamplingParams
 
 torch = pytest.importorskip("torch")
 
-from graphrl.engines.sampling import sample_next  # noqa: E402
+from graphrl.engines.sampling import sample_next
 
 
 def test_defaults_are_sglangs():
@@ -21,23 +21,49 @@ def test_defaults_are_sglangs():
 
 
 def test_from_mapping_coerces_and_accepts_slime_params():
-    p = SamplingParams.from_mapping({
-        "max_new_tokens": 16, "temperature": 1, "top_p": 1.0, "top_k": -1, "stop": "</s>",
-        "stop_token_ids": [151645], "skip_special_tokens": False, "no_stop_trim": True,
-        "spaces_between_special_tokens": False, "sampling_seed": 3, "frequency_penalty": 0.0,
-        "min_new_tokens": None,
-    })
+    p = SamplingParams.from_mapping(
+        {
+            "max_new_tokens": 16,
+            "temperature": 1,
+            "top_p": 1.0,
+            "top_k": -1,
+            "stop": "</s>",
+            "stop_token_ids": [151645],
+            "skip_special_tokens": False,
+            "no_stop_trim": True,
+            "spaces_between_special_tokens": False,
+            "sampling_seed": 3,
+            "frequency_penalty": 0.0,
+            "min_new_tokens": None,
+        }
+    )
     assert p.stop == ("</s>",) and p.stop_token_ids == (151645,) and p.temperature == 1.0
     assert p.sampling_seed == 3 and p.min_new_tokens == 0
 
 
-@pytest.mark.parametrize("bad", [
-    {"nope": 1}, {"top_k": 0}, {"top_p": 0.0}, {"top_p": 1.5}, {"temperature": -1},
-    {"max_new_tokens": -1}, {"max_new_tokens": 1.5}, {"stop": [1]}, {"stop": [""]},
-    {"stop_token_ids": ["a"]}, {"ignore_eos": "yes"}, {"repetition_penalty": 1.2},
-    {"ebnf": "root ::= x"}, {"regex": ""}, {"regex": "a", "json_schema": "{}"}, {"json_schema": 3},
-    {"n": 2}, {"min_p": 2.0},
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"nope": 1},
+        {"top_k": 0},
+        {"top_p": 0.0},
+        {"top_p": 1.5},
+        {"temperature": -1},
+        {"max_new_tokens": -1},
+        {"max_new_tokens": 1.5},
+        {"stop": [1]},
+        {"stop": [""]},
+        {"stop_token_ids": ["a"]},
+        {"ignore_eos": "yes"},
+        {"repetition_penalty": 1.2},
+        {"ebnf": "root ::= x"},
+        {"regex": ""},
+        {"regex": "a", "json_schema": "{}"},
+        {"json_schema": 3},
+        {"n": 2},
+        {"min_p": 2.0},
+    ],
+)
 def test_rejects_bad_or_unsupported_params(bad):
     with pytest.raises(ValueError):
         SamplingParams.from_mapping(bad)

@@ -27,7 +27,8 @@ def run(coro):
 def test_replays_in_order_and_records_requests():
     ready = Generation((9,), (-0.5,), FinishReason("abort", message="x"))
     eng = ScriptedEngineForTests(
-        [[1, 2, 3], Scripted(output_ids=(4, 5), logprobs=(-0.1, -0.2), cached_tokens=2), ready])
+        [[1, 2, 3], Scripted(output_ids=(4, 5), logprobs=(-0.1, -0.2), cached_tokens=2), ready]
+    )
     assert isinstance(eng, Engine)
 
     async def main():
@@ -49,8 +50,9 @@ def test_replays_in_order_and_records_requests():
 
 
 def test_text_outputs_need_a_tokenizer_and_cut_at_max_new_tokens():
-    eng = ScriptedEngineForTests(["hello", Scripted(text="ok", finish_reason=FinishReason("stop", matched="</a>"))],
-                                 tokenizer=CharTokenizer())
+    eng = ScriptedEngineForTests(
+        ["hello", Scripted(text="ok", finish_reason=FinishReason("stop", matched="</a>"))], tokenizer=CharTokenizer()
+    )
     cut = run(eng.generate([1], {"max_new_tokens": 3}))
     assert cut.output_ids == tuple(map(ord, "hel")) and cut.text == "hel"
     assert cut.finish_reason == FinishReason("length", matched=3)

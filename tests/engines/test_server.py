@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import aiohttp
 import pytest
@@ -41,8 +42,7 @@ class CountingEngineForTests:
         return [97 + (sum(prompt) + k) % 26 for k in range(n)]
 
     async def _run(self, input_ids, sampling_params, session_id, should_stop=lambda: False):
-        self.calls.append({"input_ids": list(input_ids), "sp": dict(sampling_params),
-                           "session_id": session_id})
+        self.calls.append({"input_ids": list(input_ids), "sp": dict(sampling_params), "session_id": session_id})
         self.active += 1
         self.peak = max(self.peak, self.active)
         try:
@@ -82,13 +82,10 @@ class AbortableEngineForTests(CountingEngineForTests):
     async def generate(self, input_ids, sampling_params, *, session_id=None, rid=None):
         self.live.add(rid)
         try:
-            ids, finish = await self._run(
-                input_ids, sampling_params, session_id, lambda: rid in self.stop_requested
-            )
+            ids, finish = await self._run(input_ids, sampling_params, session_id, lambda: rid in self.stop_requested)
         finally:
             self.live.discard(rid)
-        return Generation(tuple(ids), tuple(-(k + 1) / 10 for k in range(len(ids))), finish,
-                          text="T" * len(ids))
+        return Generation(tuple(ids), tuple(-(k + 1) / 10 for k in range(len(ids))), finish, text="T" * len(ids))
 
     def abort(self, rid: str) -> bool:
         if rid not in self.live:
@@ -143,11 +140,22 @@ def test_generate_response_shape():
         engine = CountingEngineForTests()
         app, ctx = served(engine)
         async with ctx as url:
-            return engine, await post(url, "/generate", {
-                "input_ids": [1, 2, 3], "rid": "r-1", "return_logprob": True,
-                "sampling_params": {"max_new_tokens": 4, "temperature": 0.7, "stop": None,
-                                    "skip_special_tokens": False},
-            }, {"X-SMG-Routing-Key": "sess-9"})
+            return engine, await post(
+                url,
+                "/generate",
+                {
+                    "input_ids": [1, 2, 3],
+                    "rid": "r-1",
+                    "return_logprob": True,
+                    "sampling_params": {
+                        "max_new_tokens": 4,
+                        "temperature": 0.7,
+                        "stop": None,
+                        "skip_special_tokens": False,
+                    },
+                },
+                {"X-SMG-Routing-Key": "sess-9"},
+            )
 
     engine, (status, body, ctype) = run(main())
     assert status == 200 and ctype == "application/json"
@@ -161,8 +169,11 @@ def test_generate_response_shape():
     assert meta["output_token_logprobs"] == [[-(k + 1) / 10, t, None] for k, t in enumerate(expected)]
     assert meta["weight_version"] == "default"
     assert engine.calls[0]["session_id"] == "sess-9"
-    assert engine.calls[0]["sp"] == {"max_new_tokens": 4, "temperature": 0.7,
-                                     "skip_special_tokens": False}  # None dropped
+    assert engine.calls[0]["sp"] == {
+        "max_new_tokens": 4,
+        "temperature": 0.7,
+        "skip_special_tokens": False,
+    }  # None dropped
 
 
 def test_generate_without_logprobs_text_mode_and_text_in_logprobs():
@@ -171,9 +182,16 @@ def test_generate_without_logprobs_text_mode_and_text_in_logprobs():
         app, ctx = served(engine)
         async with ctx as url:
             a = await post(url, "/generate", {"text": "hi", "sampling_params": {"max_new_tokens": 2}})
-            b = await post(url, "/generate", {"input_ids": [5], "return_logprob": True,
-                                              "return_text_in_logprobs": True,
-                                              "sampling_params": {"max_new_tokens": 2}})
+            b = await post(
+                url,
+                "/generate",
+                {
+                    "input_ids": [5],
+                    "return_logprob": True,
+                    "return_text_in_logprobs": True,
+                    "sampling_params": {"max_new_tokens": 2},
+                },
+            )
         return engine, a, b
 
     engine, (sa, a, _), (sb, b, _) = run(main())
@@ -190,8 +208,11 @@ def test_stop_token_finish_reason():
         stop = engine.answer([1], 3)[1]
         app, ctx = served(engine)
         async with ctx as url:
-            return stop, await post(url, "/generate", {
-                "input_ids": [1], "sampling_params": {"max_new_tokens": 10, "stop_token_ids": [stop]}})
+            return stop, await post(
+                url,
+                "/generate",
+                {"input_ids": [1], "sampling_params": {"max_new_tokens": 10, "stop_token_ids": [stop]}},
+            )
 
     stop, (status, body, _) = run(main())
     assert body["meta_info"]["finish_reason"] == {"type": "stop", "matched": stop}
@@ -266,10 +287,15 @@ def test_engine_unsupported_sampling_param_is_400():
     async def main():
         app, ctx = served(engine)
         async with ctx as url:
-            ok = await post(url, "/generate", {"input_ids": [1], "sampling_params": {
-                "max_new_tokens": 1, "no_stop_trim": True, "custom_params": {"a": 1}}})
-            bad = await post(url, "/generate", {"input_ids": [1],
-                                                "sampling_params": {"regex": "a+"}})
+            ok = await post(
+                url,
+                "/generate",
+                {
+                    "input_ids": [1],
+                    "sampling_params": {"max_new_tokens": 1, "no_stop_trim": True, "custom_params": {"a": 1}},
+                },
+            )
+            bad = await post(url, "/generate", {"input_ids": [1], "sampling_params": {"regex": "a+"}})
         return ok, bad
 
     (s1, _, _), (s2, body, _) = run(main())
@@ -279,8 +305,7 @@ def test_engine_unsupported_sampling_param_is_400():
 
 def test_health_model_info_and_loading_state():
     async def main():
-        app = make_app(None, None, model_path="some/model", tokenizer_path="qwen",
-                       weight_version="w7")
+        app = make_app(None, None, model_path="some/model", tokenizer_path="qwen", weight_version="w7")
         async with serving(app) as url:
             loading = (await get(url, "/health"), await post(url, "/generate", {"input_ids": [1]}))
             app[SERVER_KEY].attach(CountingEngineForTests(), CharTokenizerForTests())
@@ -319,9 +344,18 @@ def test_abort_request_returns_abort_with_partial_tokens(engine_cls):
         engine = engine_cls(step_s=0.01)
         app, ctx = served(engine)
         async with ctx as url:
-            pending = asyncio.ensure_future(post(url, "/generate", {
-                "input_ids": [3, 4], "rid": "slow", "return_logprob": True,
-                "sampling_params": {"max_new_tokens": 1000}}))
+            pending = asyncio.ensure_future(
+                post(
+                    url,
+                    "/generate",
+                    {
+                        "input_ids": [3, 4],
+                        "rid": "slow",
+                        "return_logprob": True,
+                        "sampling_params": {"max_new_tokens": 1000},
+                    },
+                )
+            )
             await _wait_in_flight(app)
             await asyncio.sleep(0.05)
             status, _, _ = await post(url, "/abort_request", {"rid": "slow"})
@@ -349,16 +383,21 @@ def test_abort_all_and_abort_before_arrival():
         engine = CountingEngineForTests(step_s=0.01)
         app, ctx = served(engine)
         async with ctx as url:
-            pending = [asyncio.ensure_future(post(url, "/generate", {
-                "input_ids": [i], "sampling_params": {"max_new_tokens": 1000}})) for i in range(5)]
+            pending = [
+                asyncio.ensure_future(
+                    post(url, "/generate", {"input_ids": [i], "sampling_params": {"max_new_tokens": 1000}})
+                )
+                for i in range(5)
+            ]
             await _wait_in_flight(app, 5)
             assert (await post(url, "/abort_request", {"rid": "", "abort_all": True}))[0] == 200
             results = await asyncio.wait_for(asyncio.gather(*pending), 5)
             # an abort that arrives before its request: the request stops at once
             assert (await post(url, "/abort_request", {"rid": "early"}))[0] == 200
             early = await post(url, "/generate", {"input_ids": [1], "rid": "early"})
-            later = await post(url, "/generate", {"input_ids": [1], "rid": "early",
-                                                  "sampling_params": {"max_new_tokens": 2}})
+            later = await post(
+                url, "/generate", {"input_ids": [1], "rid": "early", "sampling_params": {"max_new_tokens": 2}}
+            )
             bad = await post(url, "/abort_request", {"rid": 3})
         return results, early, later, bad
 
@@ -373,8 +412,9 @@ def test_duplicate_rid_in_flight_is_400():
     async def main():
         app, ctx = served(CountingEngineForTests(step_s=0.01))
         async with ctx as url:
-            first = asyncio.ensure_future(post(url, "/generate", {
-                "input_ids": [1], "rid": "dup", "sampling_params": {"max_new_tokens": 20}}))
+            first = asyncio.ensure_future(
+                post(url, "/generate", {"input_ids": [1], "rid": "dup", "sampling_params": {"max_new_tokens": 20}})
+            )
             await _wait_in_flight(app)
             second = await post(url, "/generate", {"input_ids": [1], "rid": "dup"})
             return await first, second
@@ -407,9 +447,9 @@ def test_64_concurrent_requests():
         app, ctx = served(engine)
         async with ctx as url:
             client = SGLangEngine(url)
-            gens = await asyncio.gather(*(
-                client.generate([i, i + 1], {"max_new_tokens": 8 + i % 5}, session_id=f"s{i}")
-                for i in range(64)))
+            gens = await asyncio.gather(
+                *(client.generate([i, i + 1], {"max_new_tokens": 8 + i % 5}, session_id=f"s{i}") for i in range(64))
+            )
             await client.close()
         return engine, gens
 

@@ -13,9 +13,9 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from graphrl.engines.base import FinishReason  # noqa: E402
-from graphrl.engines.server import SERVER_KEY, make_app, serving  # noqa: E402
-from graphrl.engines.sglang import SGLangEngine  # noqa: E402
+from graphrl.engines.base import FinishReason
+from graphrl.engines.server import SERVER_KEY, make_app, serving
+from graphrl.engines.sglang import SGLangEngine
 
 local = pytest.importorskip("graphrl.engines.local")
 registry = pytest.importorskip("graphrl.models.registry")
@@ -36,9 +36,17 @@ def test_http_round_trip_is_token_exact(tiny):
         # no KV prefix cache: a cache hit changes float rounding, and this compares exact bits
         engine, tokenizer = make_engine(tiny, prefix_cache_entries=0)
         prompt = tokenizer.encode("<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n")
-        sp = {"max_new_tokens": 12, "temperature": 1.0, "top_p": 1.0, "top_k": -1,
-              "sampling_seed": 1234, "stop_token_ids": [151645], "skip_special_tokens": False,
-              "no_stop_trim": True, "spaces_between_special_tokens": False}
+        sp = {
+            "max_new_tokens": 12,
+            "temperature": 1.0,
+            "top_p": 1.0,
+            "top_k": -1,
+            "sampling_seed": 1234,
+            "stop_token_ids": [151645],
+            "skip_special_tokens": False,
+            "no_stop_trim": True,
+            "spaces_between_special_tokens": False,
+        }
         direct = await engine.generate(prompt, sp)
         app = make_app(engine, tokenizer, model_path="tiny", tokenizer_path="qwen")
         async with serving(app) as url:
@@ -71,8 +79,8 @@ def test_concurrent_clients_and_abort_with_partial_tokens(tiny):
             sp = {"max_new_tokens": 6, "temperature": 0.0}
             gens = await asyncio.gather(*(client.generate([100 + i, 200], sp) for i in range(16)))
             long = asyncio.ensure_future(
-                client.generate([1, 2, 3], {"max_new_tokens": 100000, "ignore_eos": True},
-                                rid="long-one"))
+                client.generate([1, 2, 3], {"max_new_tokens": 100000, "ignore_eos": True}, rid="long-one")
+            )
             for _ in range(500):
                 if app[SERVER_KEY].in_flight:
                     break
@@ -100,9 +108,10 @@ def test_text_request_and_bad_token_id_are_handled(tiny):
         app = make_app(engine, tokenizer, model_path="tiny")
         async with serving(app) as url:
             async with aiohttp.ClientSession() as s:
-                async with s.post(url + "/generate", json={
-                        "text": "Hi", "sampling_params": {"max_new_tokens": 3},
-                        "return_logprob": True}) as r:
+                async with s.post(
+                    url + "/generate",
+                    json={"text": "Hi", "sampling_params": {"max_new_tokens": 3}, "return_logprob": True},
+                ) as r:
                     ok = r.status, await r.json()
                 async with s.post(url + "/generate", json={"input_ids": [10**9]}) as r:
                     bad = r.status, await r.json()

@@ -7,7 +7,8 @@ import contextlib
 import json
 import socket
 import time
-from typing import Any, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -108,7 +109,10 @@ def test_request_shape_and_parsing():
     assert set(body) == {"input_ids", "sampling_params", "return_logprob", "rid"}
     assert body["input_ids"] == [1, 2, 3]
     assert body["sampling_params"] == {
-        "max_new_tokens": 8, "temperature": 1.0, "stop_token_ids": [7], "sampling_seed": 3
+        "max_new_tokens": 8,
+        "temperature": 1.0,
+        "stop_token_ids": [7],
+        "sampling_seed": 3,
     }
     assert body["return_logprob"] is True
     assert isinstance(body["rid"], str) and body["rid"] != body2["rid"]
@@ -146,8 +150,11 @@ def test_unknown_finish_reason_is_an_error(raw):
 
 
 def test_aborted_in_queue_missing_fields_default_to_zero():
-    body = {"text": "", "output_ids": [],
-            "meta_info": {"id": "r", "finish_reason": {"type": "abort", "message": "queued"}}}
+    body = {
+        "text": "",
+        "output_ids": [],
+        "meta_info": {"id": "r", "finish_reason": {"type": "abort", "message": "queued"}},
+    }
     gen = parse_generate_response(body)
     assert gen.output_ids == () and gen.logprobs == ()
     assert gen.prompt_tokens == 0 and gen.cached_tokens == 0

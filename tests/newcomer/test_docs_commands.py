@@ -21,10 +21,7 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
-
-import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -81,8 +78,9 @@ def test_every_documented_command_runs(tmp_path):
             args = [a.replace("/tmp/", f"{tmp_path}/") for a in args]
             if args[0] == "serve":
                 args = [a if a != "30000" else str(port) for a in args]
-                server = subprocess.Popen(py + args, cwd=root, env=env, stdout=subprocess.PIPE,
-                                          stderr=subprocess.DEVNULL, text=True)
+                server = subprocess.Popen(
+                    py + args, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+                )
                 url = server.stdout.readline().strip()  # printed once /health answers 200
                 assert url.startswith("http://"), f"{doc}: `{line}` printed {url!r}"
                 ran.append(line)
@@ -95,7 +93,7 @@ def test_every_documented_command_runs(tmp_path):
                 trajectories.append(args[args.index("--out") + 1])
             if any(a.startswith("graphs/*") for a in args):  # the shell's glob, as the docs' shells do
                 i = next(i for i, a in enumerate(args) if a.startswith("graphs/*"))
-                args[i:i + 1] = sorted(str(p.relative_to(root)) for p in (root / "graphs").glob("*.yaml"))
+                args[i : i + 1] = sorted(str(p.relative_to(root)) for p in (root / "graphs").glob("*.yaml"))
             p = subprocess.run(py + args, cwd=root, env=env, capture_output=True, text=True, timeout=300)
             assert p.returncode == 0, f"{doc}: `{line}` exited {p.returncode}:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}"
             ran.append(line)
@@ -106,11 +104,23 @@ def test_every_documented_command_runs(tmp_path):
     assert any("--engine sglang" in line for line in ran), "the HTTP example did not run"
     traj = trajectories[0]  # the README's quick start: every trajectory format
     for ext in (".html", ".trace.json", ".txt"):
-        p = subprocess.run(py + ["visualize", traj, "-o", str(tmp_path / ("v" + ext))], cwd=root, env=env,
-                           capture_output=True, text=True, timeout=300)
+        p = subprocess.run(
+            py + ["visualize", traj, "-o", str(tmp_path / ("v" + ext))],
+            cwd=root,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert p.returncode == 0, f"visualize {traj} {ext}: {p.stderr}"
     for ext in (".html", ".dot", ".mmd", ".txt"):  # .svg is in the docs' own lines
-        p = subprocess.run(py + ["visualize", "graphs/agentflow.yaml", "-o", str(tmp_path / ("g" + ext))],
-                           cwd=root, env=env, capture_output=True, text=True, timeout=300)
+        p = subprocess.run(
+            py + ["visualize", "graphs/agentflow.yaml", "-o", str(tmp_path / ("g" + ext))],
+            cwd=root,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert p.returncode == 0, f"visualize graph {ext}: {p.stderr}"
     print(f"ran {len(ran)} documented commands; skipped: {skipped}")

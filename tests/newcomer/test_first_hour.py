@@ -21,13 +21,33 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def graphrl(*args: str, cwd: Path = REPO, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "graphrl", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "GRAPHRL_DEBUG": ""})
+    return subprocess.run(
+        [sys.executable, "-m", "graphrl", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "GRAPHRL_DEBUG": ""},
+    )
 
 
 def hello_run(out: Path, *extra: str) -> subprocess.CompletedProcess:
-    return graphrl("run", "graphs/hello.yaml", "--data", "data/math.jsonl", "--out", str(out), "--model", "tiny",
-                   "--limit", "1", "--max-new-tokens-cap", "4", "--quiet", *extra)
+    return graphrl(
+        "run",
+        "graphs/hello.yaml",
+        "--data",
+        "data/math.jsonl",
+        "--out",
+        str(out),
+        "--model",
+        "tiny",
+        "--limit",
+        "1",
+        "--max-new-tokens-cap",
+        "4",
+        "--quiet",
+        *extra,
+    )
 
 
 # ---------------------------------------------------------------- 1. the run records its tokenizer
@@ -91,8 +111,17 @@ def test_server_reports_the_model_name_as_tokenizer():
 def test_run_exits_5_when_every_rollout_failed(tmp_path):
     data = tmp_path / "d.jsonl"
     data.write_text('{"prompt": "1+1?"}\n')  # no label: hello's `answer` input is missing
-    p = graphrl("run", "graphs/hello.yaml", "--data", str(data), "--out", str(tmp_path / "o.jsonl"),
-                "--model", "tiny", "--quiet")
+    p = graphrl(
+        "run",
+        "graphs/hello.yaml",
+        "--data",
+        str(data),
+        "--out",
+        str(tmp_path / "o.jsonl"),
+        "--model",
+        "tiny",
+        "--quiet",
+    )
     assert p.returncode == 5, p.stderr
     assert "all 1 rollouts failed" in p.stderr
     assert "input 'answer' (label) is missing" in p.stdout
@@ -133,8 +162,9 @@ def test_rerun_with_other_settings_is_refused_then_forced(tmp_path):
 
 
 def test_run_model_typo_is_a_usage_error(tmp_path):
-    p = graphrl("run", "graphs/hello.yaml", "--data", "data/math.jsonl", "--out", str(tmp_path / "o.jsonl"),
-                "--model", "tinyy")
+    p = graphrl(
+        "run", "graphs/hello.yaml", "--data", "data/math.jsonl", "--out", str(tmp_path / "o.jsonl"), "--model", "tinyy"
+    )
     assert p.returncode == 2 and "unknown model 'tinyy'" in p.stderr and "bug" not in p.stderr
 
 
@@ -186,8 +216,14 @@ def test_local_engine_regex_output_matches(tiny_engine):
         g = engine.generate_sync(ids, {"max_new_tokens": 40, "regex": pattern, "sampling_seed": seed})
         assert g.finish_reason.type == "stop", g
         assert re.fullmatch(pattern, g.text), g.text
-    g = engine.generate_sync(ids, {"max_new_tokens": 60, "sampling_seed": 0, "json_schema": json.dumps(
-        {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]})})
+    g = engine.generate_sync(
+        ids,
+        {
+            "max_new_tokens": 60,
+            "sampling_seed": 0,
+            "json_schema": json.dumps({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}),
+        },
+    )
     assert isinstance(json.loads(g.text)["n"], int)
 
 
@@ -207,8 +243,21 @@ def test_agentflow_takes_a_tool_branch_on_tiny(tmp_path):
     """Before `constrain:` every AgentFlow rollout on an embedded model ended in tool_error."""
     pytest.importorskip("outlines_core")
     out = tmp_path / "a.jsonl"
-    p = graphrl("run", "graphs/agentflow.yaml", "--data", "data/math.jsonl", "--out", str(out), "--model", "tiny",
-                "--limit", "1", "--max-new-tokens-cap", "48", "--quiet")
+    p = graphrl(
+        "run",
+        "graphs/agentflow.yaml",
+        "--data",
+        "data/math.jsonl",
+        "--out",
+        str(out),
+        "--model",
+        "tiny",
+        "--limit",
+        "1",
+        "--max-new-tokens-cap",
+        "48",
+        "--quiet",
+    )
     assert p.returncode == 0, p.stderr
     path = [n for n, _ in json.loads(out.read_text().splitlines()[0])["rollout"]["path"]]
     assert "tool_error" not in path and ("base_generator" in path or "python_coder" in path), path
@@ -219,8 +268,9 @@ def test_branch_report_counts_targets():
     from graphrl.compilers.lower import plan_from_path
 
     plan, _ = plan_from_path(str(REPO / "graphs" / "agentflow.yaml"))
-    text = branch_report(plan, {("run_tool", "base_generator"): 2, ("plan", "next_step"): 1},
-                         {"plan": 1, "run_tool": 2, "next_step": 2})
+    text = branch_report(
+        plan, {("run_tool", "base_generator"): 2, ("plan", "next_step"): 1}, {"plan": 1, "run_tool": 2, "next_step": 2}
+    )
     assert "run_tool (switch): base_generator 2, python_coder 0, tool_error 0" in text
     assert "tool 0/1 nodes" in text and "run_python" in text.splitlines()[-1]
 
@@ -242,8 +292,11 @@ def test_math_equal_pred_is_the_answer_as_written():
     async def no_judge(*a):
         raise AssertionError("no judge")
 
-    got = asyncio.run(RewardBox().score("math_equal", {"prediction": r"so \boxed{ 1 / 2 }", "label": "0.5"},
-                                        judge_model=None, judge=no_judge))
+    got = asyncio.run(
+        RewardBox().score(
+            "math_equal", {"prediction": r"so \boxed{ 1 / 2 }", "label": "0.5"}, judge_model=None, judge=no_judge
+        )
+    )
     assert got == {"score": 1.0, "acc": 1.0, "pred": "1 / 2", "gt": "0.5"}
 
 
@@ -272,7 +325,9 @@ def test_missing_templates_folder_is_named(tmp_path):
 def test_reward_argument_typo_in_user_function_has_did_you_mean(tmp_path):
     (tmp_path / "myreward.py").write_text("def score(prediction, label):\n    return 0.0\n")
     g = tmp_path / "g.yaml"
-    g.write_text("name: g\ninputs: {q: prompt, a: label}\nnodes:\n  s:\n    llm: policy\n    prompt: [user: '{{ q }}']\n"
-                 "reward:\n  fn: myreward:score\n  args: {predicton: '{{ s.text }}', label: '{{ a }}'}\n")
+    g.write_text(
+        "name: g\ninputs: {q: prompt, a: label}\nnodes:\n  s:\n    llm: policy\n    prompt: [user: '{{ q }}']\n"
+        "reward:\n  fn: myreward:score\n  args: {predicton: '{{ s.text }}', label: '{{ a }}'}\n"
+    )
     p = graphrl("check", str(g))
     assert p.returncode == 3 and "E304" in p.stderr and "did you mean 'prediction'" in p.stderr

@@ -32,9 +32,10 @@ import sys
 import threading
 import time
 import tracemalloc
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from aiohttp import web
 
@@ -115,8 +116,16 @@ class FaultySGLangServerForTests:
     `delay_s` delays every answer (to make concurrency visible); `hang_s` bounds a hang.
     """
 
-    def __init__(self, tok, *, faults: FaultRule | None = None, reply: Callable[[str], str] | None = None,
-                 delay_s: float = 0.0, hang_s: float = 30.0, port: int = 0):
+    def __init__(
+        self,
+        tok,
+        *,
+        faults: FaultRule | None = None,
+        reply: Callable[[str], str] | None = None,
+        delay_s: float = 0.0,
+        hang_s: float = 30.0,
+        port: int = 0,
+    ):
         self.tok = tok
         self.port = port
         self._backend = getattr(tok, "backend_tokenizer", None)
@@ -138,7 +147,7 @@ class FaultySGLangServerForTests:
         self._error: BaseException | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
-    def __enter__(self) -> "FaultySGLangServerForTests":
+    def __enter__(self) -> FaultySGLangServerForTests:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._main, name="faulty-sglang", daemon=True)
         self._thread.start()
@@ -243,13 +252,22 @@ class FaultySGLangServerForTests:
             out, finish = out[:limit], {"type": "length", "length": limit}
         if kind in PARTIAL_KINDS:
             out = out[: max(1, (len(out) - 1) // 2)]
-            finish = ({"type": "abort", "message": "injected abort"} if kind == "abort"
-                      else {"type": "length", "length": len(out)})
+            finish = (
+                {"type": "abort", "message": "injected abort"}
+                if kind == "abort"
+                else {"type": "length", "length": len(out)}
+            )
         lps = [logprob_for(i, t) for i, t in enumerate(out)]
         entries = [[lp, t, None] for lp, t in zip(lps, out)]
-        meta: dict[str, Any] = {"id": rec.rid, "finish_reason": finish, "prompt_tokens": len(ids),
-                                "completion_tokens": len(out), "cached_tokens": 0,
-                                "output_token_logprobs": entries, "weight_version": "fault-v1"}
+        meta: dict[str, Any] = {
+            "id": rec.rid,
+            "finish_reason": finish,
+            "prompt_tokens": len(ids),
+            "completion_tokens": len(out),
+            "cached_tokens": 0,
+            "output_token_logprobs": entries,
+            "weight_version": "fault-v1",
+        }
         reply = {"text": self._decode(out), "output_ids": list(out), "meta_info": meta}
         if kind == "no_logprobs":
             del meta["output_token_logprobs"]
@@ -339,15 +357,21 @@ def executor_over_http(plan, url: str, tok, *, caps: Mapping[str, int] | None = 
     engine = SGLangEngine(url, **engine_kw)
     eps = StaticEndpoints({name: engine for name in plan.models}, ChatRenderer(tok), max_concurrency=caps)
     search = [Path(plan.source["file"]).parent]
-    return Executor(plan, eps, tools=ToolBox(search), rewards=RewardBox(search),
-                    sampling={"temperature": 1.0, "top_p": 1.0, "top_k": -1})
+    return Executor(
+        plan,
+        eps,
+        tools=ToolBox(search),
+        rewards=RewardBox(search),
+        sampling={"temperature": 1.0, "top_p": 1.0, "top_k": -1},
+    )
 
 
 def rollout_input(i: int, row: Mapping[str, Any] | None = None, *, prefix: str = "r"):
     from graphrl.runtime.executor import RolloutInput
 
-    return RolloutInput(row=row or {"prompt": f"question {i}", "label": "42"}, rollout_id=i, group=i,
-                        session_id=f"{prefix}-{i}")
+    return RolloutInput(
+        row=row or {"prompt": f"question {i}", "label": "42"}, rollout_id=i, group=i, session_id=f"{prefix}-{i}"
+    )
 
 
 # ---------------------------------------------------------------------------------------- checks
@@ -367,12 +391,12 @@ def check_sample_ledger(plan, s: TrainingSample, served: list[Served]) -> None:
     p = s.prompt_length
     for sp in s.spans:
         assert sp.mask == expected_mask(plan, sp), f"mask {sp.mask} on {sp}"
-        lps = s.rollout_log_probs[sp.start:sp.end]
+        lps = s.rollout_log_probs[sp.start : sp.end]
         if sp.mask == 0:
             assert not any(lps), f"non-zero log-probs under mask 0 in {sp}"
         if sp.kind != "generated":
             continue
-        key = (s.tokens[: p + sp.start], s.tokens[p + sp.start: p + sp.end])
+        key = (s.tokens[: p + sp.start], s.tokens[p + sp.start : p + sp.end])
         assert key in replies, f"span {sp} is not a reply the server sent for exactly the tokens before it"
         if sp.mask == 1:
             assert tuple(lps) == replies[key], f"log-probs of {sp} are not the server's"
@@ -396,7 +420,7 @@ def check_rollout(plan, res, served: list[Served], *, retries: int = 0) -> str:
         assert ERROR_TEXT[kind] in (res.error or ""), (kind, res.error)
         assert res.reward is None
         assert len(served) == len(policy_calls) + 1 + retries, (kinds, [c.node for c in res.calls])
-        assert all(k not in ERROR_KINDS for k in kinds[:-1 - retries]) and kinds[-1] == kind
+        assert all(k not in ERROR_KINDS for k in kinds[: -1 - retries]) and kinds[-1] == kind
     else:
         kind = next((k for k in kinds if k in PARTIAL_KINDS), "ok")
         assert len(served) == len(policy_calls), (kinds, [c.node for c in res.calls])
@@ -430,9 +454,14 @@ def check_slime_sample(plan, sample, served: list[Served]) -> None:
         return
     from graphrl.runtime.ledger import Span
 
-    ts = TrainingSample(tokens=tuple(sample.tokens), response_length=n, loss_mask=tuple(sample.loss_mask),
-                        rollout_log_probs=tuple(sample.rollout_log_probs),
-                        spans=tuple(Span.from_json(x) for x in info["spans"]), status=status)
+    ts = TrainingSample(
+        tokens=tuple(sample.tokens),
+        response_length=n,
+        loss_mask=tuple(sample.loss_mask),
+        rollout_log_probs=tuple(sample.rollout_log_probs),
+        spans=tuple(Span.from_json(x) for x in info["spans"]),
+        status=status,
+    )
     check_sample_ledger(plan, ts, served)
 
 

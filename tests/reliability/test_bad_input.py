@@ -32,8 +32,12 @@ from graphrl.tools.registry import ToolBox
 
 IM_END = QWEN_TOKEN_IDS["<|im_end|>"]
 FUZZ = int(os.environ.get("GRAPHRL_FUZZ", "1"))  # as tests/compilers/test_mutations.py
-SETTINGS = dict(deadline=None, derandomize=FUZZ == 1, database=None,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+SETTINGS = dict(
+    deadline=None,
+    derandomize=FUZZ == 1,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 # A graph that reads a row every way a graph can: an input, a label with a default, metadata, a
 # prompt given as text and as a list of chat messages, and a reward over the label.
@@ -64,22 +68,44 @@ reward:
 odd_char = st.characters(codec=None, categories=None)
 odd_text = st.one_of(
     st.text(odd_char, max_size=40),
-    st.sampled_from(["", " ", "\x00", "\u202e\u2066rtl", "\ufeffbom", "e\u0301", "\U0001F600" * 3, "\ud800",
-                     "a\udfffb", "<|im_end|>", "<|im_start|>system\nx", "{{ 7*7 }}", "{% raw %}", "\\boxed{",
-                     "\u2028\u2029", "\r\n", "\t" * 10]),
+    st.sampled_from(
+        [
+            "",
+            " ",
+            "\x00",
+            "\u202e\u2066rtl",
+            "\ufeffbom",
+            "e\u0301",
+            "\U0001f600" * 3,
+            "\ud800",
+            "a\udfffb",
+            "<|im_end|>",
+            "<|im_start|>system\nx",
+            "{{ 7*7 }}",
+            "{% raw %}",
+            "\\boxed{",
+            "\u2028\u2029",
+            "\r\n",
+            "\t" * 10,
+        ]
+    ),
 )
-huge = st.sampled_from(["x" * 20_000, "€" * 5_000, 10**300, -(2**63), 1e308, float("inf"), float("nan"),
-                        list(range(2000))])
+huge = st.sampled_from(
+    ["x" * 20_000, "€" * 5_000, 10**300, -(2**63), 1e308, float("inf"), float("nan"), list(range(2000))]
+)
 scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True), odd_text, huge)
-json_values = st.recursive(scalars, lambda c: st.lists(c, max_size=4) | st.dictionaries(odd_text, c, max_size=4),
-                           max_leaves=10)
+json_values = st.recursive(
+    scalars, lambda c: st.lists(c, max_size=4) | st.dictionaries(odd_text, c, max_size=4), max_leaves=10
+)
 junk_messages = st.lists(
     st.one_of(
-        st.fixed_dictionaries({"role": st.one_of(st.sampled_from(["user", "system", "assistant", "tool", "bogus", ""]),
-                                                 json_values),
-                               "content": json_values},
-                              optional={"tool_calls": json_values, "name": json_values,
-                                        "reasoning_content": json_values}),
+        st.fixed_dictionaries(
+            {
+                "role": st.one_of(st.sampled_from(["user", "system", "assistant", "tool", "bogus", ""]), json_values),
+                "content": json_values,
+            },
+            optional={"tool_calls": json_values, "name": json_values, "reasoning_content": json_values},
+        ),
         st.fixed_dictionaries({}, optional={"content": json_values, "text": odd_text}),
         json_values,
     ),
@@ -87,10 +113,16 @@ junk_messages = st.lists(
 )
 prompts = st.one_of(odd_text, json_values, junk_messages, huge)
 rows = st.one_of(
-    st.fixed_dictionaries({}, optional={"prompt": prompts, "label": json_values,
-                                        "metadata": st.one_of(json_values,
-                                                              st.fixed_dictionaries({"context": json_values})),
-                                        "row": json_values, "extra": json_values}),
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "prompt": prompts,
+            "label": json_values,
+            "metadata": st.one_of(json_values, st.fixed_dictionaries({"context": json_values})),
+            "row": json_values,
+            "extra": json_values,
+        },
+    ),
     json_values,  # not an object at all
 )
 
@@ -103,12 +135,25 @@ def encode_line(row, ascii_only: bool) -> bytes:
 
 
 junk_lines = st.one_of(
-    st.sampled_from([b"{oops", b"[", b"[" * 3000 + b"]" * 3000, b'{"prompt": ' + b"9" * 5000 + b"}",
-                     b"\xff\xfe\x00garbage", b'{"prompt": "caf\xe9"}', b"null", b"42", b'"text"', b"\x00"]),
+    st.sampled_from(
+        [
+            b"{oops",
+            b"[",
+            b"[" * 3000 + b"]" * 3000,
+            b'{"prompt": ' + b"9" * 5000 + b"}",
+            b"\xff\xfe\x00garbage",
+            b'{"prompt": "caf\xe9"}',
+            b"null",
+            b"42",
+            b'"text"',
+            b"\x00",
+        ]
+    ),
     st.binary(max_size=30).filter(lambda b: b"\n" not in b and b"\r" not in b),
 )
-lines = st.lists(st.one_of(st.tuples(rows, st.booleans()).map(lambda t: encode_line(*t)), junk_lines),
-                 min_size=1, max_size=6)
+lines = st.lists(
+    st.one_of(st.tuples(rows, st.booleans()).map(lambda t: encode_line(*t)), junk_lines), min_size=1, max_size=6
+)
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -130,8 +175,13 @@ def executor(plan, tok):
     reply = tuple(r.encode("fine")) + (IM_END,)
     engine = ScriptedEngineForTests(lambda ids, params, i: Scripted(output_ids=reply), tokenizer=tok)
     search = [Path(plan.source["file"]).parent]
-    return Executor(plan, StaticEndpoints({"policy": engine}, r), tools=ToolBox(search), rewards=RewardBox(search),
-                    sampling={"temperature": 1.0})
+    return Executor(
+        plan,
+        StaticEndpoints({"policy": engine}, r),
+        tools=ToolBox(search),
+        rewards=RewardBox(search),
+        sampling={"temperature": 1.0},
+    )
 
 
 def first_bad_line(data: list[bytes]) -> int | None:
@@ -173,13 +223,16 @@ def test_the_reader_gives_rows_or_one_located_error(tmp_path_factory, data):
     assert all(isinstance(r, dict) for r in got)
 
 
-@pytest.mark.parametrize("raw, where, what", [
-    (b'{"prompt": "a"}\n\xff\xfe garbage\n', ":2:1:", "not valid UTF-8"),
-    (b'{"prompt": "a"}\n{"prompt": "caf\xe9"}\n', ":2:", "not valid UTF-8"),
-    (b"[" * 100_000 + b"]" * 100_000 + b"\n", ":1:1:", "nested too deeply"),
-    (b'{"label": ' + b"7" * 5000 + b"}\n", ":1:", "not valid JSON"),
-    (b'{"prompt": "a"}\n"just a string"\n', ":2:1:", "must be a JSON object"),
-])
+@pytest.mark.parametrize(
+    "raw, where, what",
+    [
+        (b'{"prompt": "a"}\n\xff\xfe garbage\n', ":2:1:", "not valid UTF-8"),
+        (b'{"prompt": "a"}\n{"prompt": "caf\xe9"}\n', ":2:", "not valid UTF-8"),
+        (b"[" * 100_000 + b"]" * 100_000 + b"\n", ":1:1:", "nested too deeply"),
+        (b'{"label": ' + b"7" * 5000 + b"}\n", ":1:", "not valid JSON"),
+        (b'{"prompt": "a"}\n"just a string"\n', ":2:1:", "must be a JSON object"),
+    ],
+)
 def test_file_problems_are_located(tmp_path, raw, where, what):
     path = tmp_path / "d.jsonl"
     path.write_bytes(raw)
@@ -213,17 +266,20 @@ def test_any_row_ends_as_a_well_formed_rollout(executor, row):
     check_result(res)
 
 
-@pytest.mark.parametrize("row, needle", [
-    ({}, "input 'q' (prompt) is missing from the data row"),
-    ({"prompt": None}, "input 'q' (prompt) is missing"),
-    ({"prompt": [{"role": "user", "content": 5}]}, "messages"),
-    ({"prompt": [{"role": 5, "content": "x"}]}, "messages"),
-    ({"prompt": [{"role": "user", "content": {"a": 1}}]}, "messages"),
-    ({"prompt": [{"content": "no role"}]}, "messages"),
-    ({"prompt": [1, 2, 3]}, "messages"),
-    ({"prompt": 42}, "messages"),
-    ({"prompt": "a\ud800b"}, "surrogate"),
-])
+@pytest.mark.parametrize(
+    "row, needle",
+    [
+        ({}, "input 'q' (prompt) is missing from the data row"),
+        ({"prompt": None}, "input 'q' (prompt) is missing"),
+        ({"prompt": [{"role": "user", "content": 5}]}, "messages"),
+        ({"prompt": [{"role": 5, "content": "x"}]}, "messages"),
+        ({"prompt": [{"role": "user", "content": {"a": 1}}]}, "messages"),
+        ({"prompt": [{"content": "no role"}]}, "messages"),
+        ({"prompt": [1, 2, 3]}, "messages"),
+        ({"prompt": 42}, "messages"),
+        ({"prompt": "a\ud800b"}, "surrogate"),
+    ],
+)
 def test_row_problems_fail_the_rollout_with_a_located_message(executor, row, needle):
     res = asyncio.run(executor.run(RolloutInput(row=row, rollout_id=0)))
     check_result(res)
@@ -232,9 +288,17 @@ def test_row_problems_fail_the_rollout_with_a_located_message(executor, row, nee
 
 
 def test_well_formed_chat_message_prompts_are_used_as_messages(executor):
-    res = asyncio.run(executor.run(RolloutInput(row={"prompt": [{"role": "system", "content": "s"},
-                                                                {"role": "user", "content": "hi"}],
-                                                     "label": "fine"}, rollout_id=0)))
+    res = asyncio.run(
+        executor.run(
+            RolloutInput(
+                row={
+                    "prompt": [{"role": "system", "content": "s"}, {"role": "user", "content": "hi"}],
+                    "label": "fine",
+                },
+                rollout_id=0,
+            )
+        )
+    )
     assert res.status == "completed" and res.reward == 1.0, res.error
 
 
@@ -266,13 +330,30 @@ def test_a_file_of_fuzzed_rows_runs_to_a_valid_trajectory_file(executor, tmp_pat
 
 NASTY = {
     "invalid_utf8": (b'{"prompt": "a", "label": "fine"}\n\xff\xfe\n', 2, ":2:1: not valid UTF-8"),
-    "deep": (b'{"prompt": "a"}\n' + b"[" * 50_000 + b"]" * 50_000 + b"\n", 2, ":2:1: not valid JSON: nested too deeply"),
+    "deep": (
+        b'{"prompt": "a"}\n' + b"[" * 50_000 + b"]" * 50_000 + b"\n",
+        2,
+        ":2:1: not valid JSON: nested too deeply",
+    ),
     "not_object": (b'{"prompt": "a"}\n[1, 2]\n', 2, ":2:1: a data row must be a JSON object"),
-    "junk_rows": ("\n".join(json.dumps(r, ensure_ascii=True) for r in [
-        {"prompt": "fine row", "label": "fine"}, {}, {"prompt": [{"role": 5}]}, {"prompt": "x\ud800"},
-        {"prompt": "ok", "metadata": "not a mapping"}, {"prompt": "ok", "metadata": [1, 2]},
-        {"prompt": "€" * 20000, "label": 10**200}, {"prompt": {"nested": [None, float("nan")]}},
-    ]).encode() + b"\n", None, None),
+    "junk_rows": (
+        "\n".join(
+            json.dumps(r, ensure_ascii=True)
+            for r in [
+                {"prompt": "fine row", "label": "fine"},
+                {},
+                {"prompt": [{"role": 5}]},
+                {"prompt": "x\ud800"},
+                {"prompt": "ok", "metadata": "not a mapping"},
+                {"prompt": "ok", "metadata": [1, 2]},
+                {"prompt": "€" * 20000, "label": 10**200},
+                {"prompt": {"nested": [None, float("nan")]}},
+            ]
+        ).encode()
+        + b"\n",
+        None,
+        None,
+    ),
 }
 
 
@@ -291,8 +372,21 @@ def test_graphrl_run_never_prints_a_traceback(plan, server, tmp_path, name, with
     data = tmp_path / "d.jsonl"
     data.write_bytes(raw)
     out = tmp_path / "t.jsonl"
-    args = ["run", plan.source["file"], "--data", str(data), "--out", str(out), "--engine", "sglang", "--tokenizer", "qwen",
-            "--url", server.url, "--quiet"]
+    args = [
+        "run",
+        plan.source["file"],
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--engine",
+        "sglang",
+        "--tokenizer",
+        "qwen",
+        "--url",
+        server.url,
+        "--quiet",
+    ]
     if with_metadata:
         args += ["--metadata", "context=from the command line"]
     result = CliRunner().invoke(main, args, catch_exceptions=True)
@@ -320,7 +414,9 @@ def test_graphrl_run_never_prints_a_traceback(plan, server, tmp_path, name, with
 def test_an_error_quoting_invalid_text_still_gives_a_valid_trajectory_line(tok, tmp_path):
     """A tool's error can quote the row's data verbatim (here a lone surrogate); the runner still
     writes the line as valid JSON (the surrogate as a \\ud800 escape), and the run goes on."""
-    plan = write_graph(tmp_path / "g", """\
+    plan = write_graph(
+        tmp_path / "g",
+        """\
 name: quote
 inputs: {q: prompt}
 nodes:
@@ -331,7 +427,10 @@ nodes:
   a:
     llm: policy
     prompt: [user: "{{ t.error }}"]
-""", "quote.yaml", {"quote_tool": "def refuse(x):\n    raise ValueError('cannot use ' + x)\n"})
+""",
+        "quote.yaml",
+        {"quote_tool": "def refuse(x):\n    raise ValueError('cannot use ' + x)\n"},
+    )
     r = ChatRenderer(tok)
     reply = tuple(r.encode("fine")) + (IM_END,)
     engine = ScriptedEngineForTests(lambda ids, params, i: Scripted(output_ids=reply), tokenizer=tok)

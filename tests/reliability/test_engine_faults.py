@@ -11,9 +11,19 @@ import socket
 import time
 
 import pytest
-from faultkit import (ERROR_KINDS, ERROR_TEXT, KINDS, FaultySGLangServerForTests, check_rollout,
-                      check_slime_sample, executor_over_http, rollout_input, scripted_faults, slime_standin,
-                      soak_plan)
+from faultkit import (
+    ERROR_KINDS,
+    ERROR_TEXT,
+    KINDS,
+    FaultySGLangServerForTests,
+    check_rollout,
+    check_slime_sample,
+    executor_over_http,
+    rollout_input,
+    scripted_faults,
+    slime_standin,
+    soak_plan,
+)
 
 from graphrl.models.tokenizer import qwen_tokenizer
 
@@ -67,7 +77,7 @@ def test_a_fault_on_a_later_call_ends_the_rollout_and_keeps_the_sample_built_so_
     assert ("look", "observation", 0) in kinds
     if kind in ("abort", "length"):
         assert kinds[-1] == ("act", "generated", 1)
-        assert s.response_ids[s.spans[-1].start:] == served[-1].output_ids  # the partial tokens, verbatim
+        assert s.response_ids[s.spans[-1].start :] == served[-1].output_ids  # the partial tokens, verbatim
     else:
         assert kinds[-1][2] == 0  # nothing generated after the fault
     assert [p for p in res.path] == [("act", 1), ("look", 1), ("act", 2)]
@@ -116,8 +126,9 @@ def test_connection_refused_is_retried_with_backoff_and_the_rollout_completes(pl
     """No server yet: connecting fails before any byte is sent, which is the one safe retry."""
     port = _free_port()
     srv = FaultySGLangServerForTests(tok, port=port)
-    ex = executor_over_http(plan, f"http://127.0.0.1:{port}", tok, max_retries=8, backoff_s=0.05,
-                            max_backoff_s=0.2, timeout_s=5)
+    ex = executor_over_http(
+        plan, f"http://127.0.0.1:{port}", tok, max_retries=8, backoff_s=0.05, max_backoff_s=0.2, timeout_s=5
+    )
 
     async def main():
         task = asyncio.create_task(ex.run(rollout_input(0)))
@@ -172,9 +183,17 @@ def slime_generate(compiled, tok, url, sample, *, timeout_s: float = CLIENT_TIME
     host, port = url.removeprefix("http://").split(":")
     args = sm.ArgsStandIn(sglang_router_ip=host, sglang_router_port=int(port), graphrl_request_timeout_s=timeout_s)
     target = SlimeTarget(compiled, tokenizer_loader=lambda path: tok)
-    params = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": 1024, "stop": None,
-              "stop_token_ids": None, "skip_special_tokens": False, "no_stop_trim": True,
-              "spaces_between_special_tokens": False}
+    params = {
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "top_k": -1,
+        "max_new_tokens": 1024,
+        "stop": None,
+        "stop_token_ids": None,
+        "skip_special_tokens": False,
+        "no_stop_trim": True,
+        "spaces_between_special_tokens": False,
+    }
 
     async def main():
         try:

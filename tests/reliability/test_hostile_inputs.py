@@ -13,8 +13,9 @@ from graphrl.spec.yamlsrc import MAX_VALUES, load_yaml
 
 FLOW = "a: " + "[" * 100_000 + "]" * 100_000
 BLOCK = "".join("  " * i + f"k{i}:\n" for i in range(1500)) + "  " * 1500 + "v: 1\n"
-MERGE_BOMB = "a0: &a0 {x: 1, y: 2}\n" + "".join(f"a{i}: &a{i}\n  <<: [*a{i - 1}, *a{i - 1}]\n  k{i}: 1\n"
-                                                for i in range(1, 25))
+MERGE_BOMB = "a0: &a0 {x: 1, y: 2}\n" + "".join(
+    f"a{i}: &a{i}\n  <<: [*a{i - 1}, *a{i - 1}]\n  k{i}: 1\n" for i in range(1, 25)
+)
 
 
 @pytest.mark.parametrize("text", [FLOW, BLOCK], ids=["flow-brackets", "block-levels"])

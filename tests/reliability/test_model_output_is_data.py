@@ -171,4 +171,4 @@ def test_special_token_text_in_new_text_becomes_special_tokens_as_documented(pla
     thread_sample = next(s for s in res.samples if s.spans[0].node != "first")
     for sp in thread_sample.spans:
         if sp.kind != "generated":
-            assert sp.mask == 0 and not any(thread_sample.rollout_log_probs[sp.start:sp.end])
+            assert sp.mask == 0 and not any(thread_sample.rollout_log_probs[sp.start : sp.end])

@@ -11,8 +11,16 @@ import time
 from pathlib import Path
 
 import pytest
-from faultkit import (SOAK_GRAPH, SOAK_TOOL, FaultySGLangServerForTests, executor_over_http, rollout_input,
-                      scripted_faults, slime_standin, write_graph)
+from faultkit import (
+    SOAK_GRAPH,
+    SOAK_TOOL,
+    FaultySGLangServerForTests,
+    executor_over_http,
+    rollout_input,
+    scripted_faults,
+    slime_standin,
+    write_graph,
+)
 
 from graphrl.engines.scripted import Scripted, ScriptedEngineForTests
 from graphrl.models.tokenizer import QWEN_TOKEN_IDS, qwen_tokenizer
@@ -40,8 +48,9 @@ def scripted_executor(plan, renderer, tok, reply_text: str):
     reply = tuple(renderer.encode(reply_text)) + (IM_END,)
     engine = ScriptedEngineForTests(lambda ids, params, i: Scripted(output_ids=reply), tokenizer=tok)
     search = [Path(plan.source["file"]).parent]
-    return Executor(plan, StaticEndpoints({"policy": engine}, renderer), tools=ToolBox(search),
-                    rewards=RewardBox(search)), engine
+    return Executor(
+        plan, StaticEndpoints({"policy": engine}, renderer), tools=ToolBox(search), rewards=RewardBox(search)
+    ), engine
 
 
 # ------------------------------------------------------------------------------ per-rollout timeout
@@ -70,19 +79,26 @@ def test_the_rollout_limit_holds_against_a_hanging_engine_and_aborts_the_request
     (s,) = res.samples  # the first turn and the tool's observation are kept, well-formed
     s.check_invariants()
     assert s.status == "failed"
-    assert [(sp.node, sp.kind) for sp in s.spans if sp.kind != "template"] == [("act", "generated"),
-                                                                            ("look", "observation")]
+    assert [(sp.node, sp.kind) for sp in s.spans if sp.kind != "template"] == [
+        ("act", "generated"),
+        ("look", "observation"),
+    ]
     assert [r.kind for r in served] == ["ok", "hang"] and served[1].rid in aborts  # the server is told
 
 
 def test_the_rollout_limit_holds_against_a_hanging_tool(tmp_path, renderer, tok):
-    plan = write_graph(tmp_path, """\
+    plan = write_graph(
+        tmp_path,
+        """\
 name: slowtool
 limits: {timeout_s: 0.4}
 nodes:
   a: {llm: policy, prompt: [user: go], next: t}
   t: {tool: "sleepy_tool:nap", timeout: 30}
-""", "slowtool.yaml", {"sleepy_tool": "import asyncio\n\nasync def nap():\n    await asyncio.sleep(30)\n"})
+""",
+        "slowtool.yaml",
+        {"sleepy_tool": "import asyncio\n\nasync def nap():\n    await asyncio.sleep(30)\n"},
+    )
     ex, _ = scripted_executor(plan, renderer, tok, "ok")
     t0 = time.monotonic()
     res = asyncio.run(ex.run(RolloutInput(row={}, rollout_id=0)))
@@ -122,7 +138,9 @@ def test_slime_generate_returns_a_failed_sample_at_the_rollout_limit(tmp_path, t
 
 
 def test_a_huge_tool_output_enters_the_thread_cut_to_max_chars(tmp_path, renderer, tok):
-    plan = write_graph(tmp_path, """\
+    plan = write_graph(
+        tmp_path,
+        """\
 name: bigobs
 threads:
   main: {prompt: [user: go]}
@@ -136,7 +154,10 @@ nodes:
     next: a
 state:
   seen: ""
-""", "bigobs.yaml", {"big_tool": "def flood():\n    return 'A' * 5_000_000 + 'Z' * 5_000_000\n"})
+""",
+        "bigobs.yaml",
+        {"big_tool": "def flood():\n    return 'A' * 5_000_000 + 'Z' * 5_000_000\n"},
+    )
     ex, engine = scripted_executor(plan, renderer, tok, "look")
     res = asyncio.run(ex.run(RolloutInput(row={}, rollout_id=0)))
     assert res.status == "completed", res.error
@@ -149,7 +170,9 @@ state:
 
 
 def test_state_histories_stay_within_max_items_and_max_chars(tmp_path, renderer, tok):
-    plan = write_graph(tmp_path, """\
+    plan = write_graph(
+        tmp_path,
+        """\
 name: hist
 state:
   notes: {default: [], merge: append, max_items: 3, max_chars: 50}
@@ -165,7 +188,9 @@ nodes:
       by_step: {"s{{ visit }}": "{{ output.text }}"}
       last: "{{ output.text }}"
     next: step
-""", "hist.yaml")
+""",
+        "hist.yaml",
+    )
     ex, _ = scripted_executor(plan, renderer, tok, "word " * 400)
     res = asyncio.run(ex.run(RolloutInput(row={}, rollout_id=0)))
     assert res.status == "completed" and len(res.path) == 40
@@ -178,7 +203,9 @@ nodes:
 
 def test_a_thread_is_bounded_by_the_token_budget(tmp_path, renderer, tok):
     budget, max_tokens = 600, 40
-    plan = write_graph(tmp_path, f"""\
+    plan = write_graph(
+        tmp_path,
+        f"""\
 name: budget
 threads:
   main: {{prompt: [user: go]}}
@@ -195,7 +222,10 @@ nodes:
     max_chars: 100
     append_to: main
     next: act
-""", "budget.yaml", {"obs_tool_budget": "def note():\n    return 'noted ' * 50\n"})
+""",
+        "budget.yaml",
+        {"obs_tool_budget": "def note():\n    return 'noted ' * 50\n"},
+    )
     ex, engine = scripted_executor(plan, renderer, tok, "thinking " * 30)
     res = asyncio.run(ex.run(RolloutInput(row={}, rollout_id=0)))
     assert res.status == "completed"
@@ -226,8 +256,10 @@ def test_max_concurrency_bounds_in_flight_requests_per_endpoint_in_graphrl_run(t
     from graphrl.app.endpoints import build_endpoints
 
     plan = write_graph(tmp_path, CONC, "conc.yaml")
-    with FaultySGLangServerForTests(tok, reply=lambda p: "x", delay_s=0.05) as pol, \
-            FaultySGLangServerForTests(tok, reply=lambda p: "y", delay_s=0.05) as helper:
+    with (
+        FaultySGLangServerForTests(tok, reply=lambda p: "x", delay_s=0.05) as pol,
+        FaultySGLangServerForTests(tok, reply=lambda p: "y", delay_s=0.05) as helper,
+    ):
         eps = build_endpoints(plan, engine="sglang", url=pol.url, tokenizer="qwen", endpoints={"helper": helper.url})
         ex = Executor(plan, eps, tools=ToolBox([]), rewards=RewardBox([]))
         rows = [{"prompt": f"q{i}"} for i in range(24)]
@@ -251,15 +283,17 @@ def test_max_concurrency_bounds_in_flight_requests_per_endpoint_in_slime_generat
     plan = write_graph(tmp_path / "g", CONC, "conc.yaml")
     write_slime_target(plan, tmp_path / "out")
     sm = slime_standin()
-    with FaultySGLangServerForTests(tok, reply=lambda p: "x", delay_s=0.05) as pol, \
-            FaultySGLangServerForTests(tok, reply=lambda p: "y", delay_s=0.05) as helper:
+    with (
+        FaultySGLangServerForTests(tok, reply=lambda p: "x", delay_s=0.05) as pol,
+        FaultySGLangServerForTests(tok, reply=lambda p: "y", delay_s=0.05) as helper,
+    ):
         host, port = pol.url.removeprefix("http://").split(":")
         hhost, hport = helper.url.removeprefix("http://").split(":")
-        args = sm.ArgsStandIn(sglang_router_ip=host, sglang_router_port=int(port),
-                              sglang_model_routers={"helper": (hhost, int(hport))})
+        args = sm.ArgsStandIn(
+            sglang_router_ip=host, sglang_router_port=int(port), sglang_model_routers={"helper": (hhost, int(hport))}
+        )
         target = SlimeTarget(tmp_path / "out" / "plan.json", tokenizer_loader=lambda p: tok)
-        samples = [sm.SampleStandIn(index=i, group_index=i // 4, prompt=f"q{i}", session_id=f"s{i}")
-                   for i in range(16)]
+        samples = [sm.SampleStandIn(index=i, group_index=i // 4, prompt=f"q{i}", session_id=f"s{i}") for i in range(16)]
 
         async def main():  # slime's rollout manager: every sample's generate on one event loop
             try:

@@ -19,9 +19,15 @@ import os
 import tracemalloc
 from collections import Counter
 
-import pytest
-from faultkit import (FaultySGLangServerForTests, Stopwatch, check_rollout, executor_over_http, memory_now,
-                      seeded_faults, soak_plan)
+from faultkit import (
+    FaultySGLangServerForTests,
+    Stopwatch,
+    check_rollout,
+    executor_over_http,
+    memory_now,
+    seeded_faults,
+    soak_plan,
+)
 
 from graphrl.models.tokenizer import qwen_tokenizer
 from graphrl.runtime.ledger import LedgerError, TrainingSample
@@ -86,11 +92,13 @@ def test_soak_faulty_engine_many_rollouts(tmp_path):
 
             async def main():
                 try:
-                    first = await run_dataset(ex, rows[:CHECKPOINT], out, concurrency=CONCURRENCY, seed=SEED,
-                                              decode=decode, progress=False)
+                    first = await run_dataset(
+                        ex, rows[:CHECKPOINT], out, concurrency=CONCURRENCY, seed=SEED, decode=decode, progress=False
+                    )
                     mem1 = memory_now()
-                    rest = await run_dataset(ex, rows, out, concurrency=CONCURRENCY, seed=SEED, decode=decode,
-                                             progress=False)
+                    rest = await run_dataset(
+                        ex, rows, out, concurrency=CONCURRENCY, seed=SEED, decode=decode, progress=False
+                    )
                     return first, rest, mem1, memory_now()
                 finally:
                     await asyncio.sleep(0.1)
@@ -123,11 +131,17 @@ def test_soak_faulty_engine_many_rollouts(tmp_path):
             TrainingSample.from_json(rec)  # check_invariants again, from the file
 
     report = {
-        "rollouts": N, "seconds": round(clock.s, 1), "requests": total_requests, "faults_injected": faults,
-        "rollouts_by_fault": dict(ex.kinds), "statuses": dict(Counter(ex.statuses.values())),
-        "samples": first.samples + rest.samples, "violations": ex.n_violations,
+        "rollouts": N,
+        "seconds": round(clock.s, 1),
+        "requests": total_requests,
+        "faults_injected": faults,
+        "rollouts_by_fault": dict(ex.kinds),
+        "statuses": dict(Counter(ex.statuses.values())),
+        "samples": first.samples + rest.samples,
+        "violations": ex.n_violations,
         "traced_MiB": [round(t1 / 2**20, 3), round(t2 / 2**20, 3)],
-        "rss_MiB": [round(r1 / 2**20, 1), round(r2 / 2**20, 1)], "checkpoints": [CHECKPOINT, N],
+        "rss_MiB": [round(r1 / 2**20, 1), round(r2 / 2**20, 1)],
+        "checkpoints": [CHECKPOINT, N],
     }
     print("\nsoak:", json.dumps(report))
     assert t2 - t1 < TRACED_GROWTH_MAX, report

@@ -25,21 +25,30 @@ SIGNS = {"cost": -1, "latency": -1, "expert_calls": 1}
 #   r1       yes      0.01   6.0      {expert-1: 2, expert-2: 1}
 #   r2       no       0.005  2.0      {}
 #   r3       yes      0.04   8.0      {expert-2: 1}
-ROLLOUTS = [(True, 0.02, 4.0, {"expert-1": 1}), (True, 0.01, 6.0, {"expert-1": 2, "expert-2": 1}),
-            (False, 0.005, 2.0, {}), (True, 0.04, 8.0, {"expert-2": 1})]
+ROLLOUTS = [
+    (True, 0.02, 4.0, {"expert-1": 1}),
+    (True, 0.01, 6.0, {"expert-1": 2, "expert-2": 1}),
+    (False, 0.005, 2.0, {}),
+    (True, 0.04, 8.0, {"expert-2": 1}),
+]
 WEIGHTS = {"accuracy": 1, "cost": 0.5, "latency": 0.25, "expert-1": 0.2}  # expert-2: no weight
 
 
 def features():
-    return [oriented_features({"cost": c, "latency_s": lat}, {"expert_calls": calls}, SIGNS)
-            for _, c, lat, calls in ROLLOUTS]
+    return [
+        oriented_features({"cost": c, "latency_s": lat}, {"expert_calls": calls}, SIGNS)
+        for _, c, lat, calls in ROLLOUTS
+    ]
 
 
 def test_features_are_oriented_so_that_higher_is_better():
     assert features()[1] == {"cost": -0.01, "latency": -6.0, "expert-1": 2.0, "expert-2": 1.0}
     usage = {"prompt_tokens": 10, "completion_tokens": 5, "calls": {"a": 2, "b": 1}}
-    assert oriented_features(usage, {"steps": 3}, {"prompt_tokens": -1, "calls": 1, "steps": 2}) == \
-        {"prompt_tokens": -10.0, "calls": 3.0, "steps": 6.0}
+    assert oriented_features(usage, {"steps": 3}, {"prompt_tokens": -1, "calls": 1, "steps": 2}) == {
+        "prompt_tokens": -10.0,
+        "calls": 3.0,
+        "steps": 6.0,
+    }
     assert oriented_features({"cost": 1.5, "latency_s": 2.0}, {}) == {"cost": -1.5, "latency": -2.0}  # default signs
     with pytest.raises(ValueError, match="unknown feature 'tokens'"):
         oriented_features({}, {}, {"tokens": -1})
@@ -79,11 +88,14 @@ def test_z_scores_are_clipped():
     assert preference([True] + [False] * 16, [{}] * 17, clip=5).rewards[0] == pytest.approx(4.0)
 
 
-@pytest.mark.parametrize("correct,feats,weights", [
-    ([True, True, True], [{"cost": -1.0}] * 3, None),              # identical rollouts: std 0
-    ([False, False], [{"cost": -1.0}, {"cost": -2.0}], None),      # all wrong: all 0
-    ([True, True], [{"cost": -1.0}, {"cost": -2.0}], {"accuracy": 1, "cost": 0.1}),  # prefs 1.1, 1.0: std 0.05
-])
+@pytest.mark.parametrize(
+    "correct,feats,weights",
+    [
+        ([True, True, True], [{"cost": -1.0}] * 3, None),  # identical rollouts: std 0
+        ([False, False], [{"cost": -1.0}, {"cost": -2.0}], None),  # all wrong: all 0
+        ([True, True], [{"cost": -1.0}, {"cost": -2.0}], {"accuracy": 1, "cost": 0.1}),  # prefs 1.1, 1.0: std 0.05
+    ],
+)
 def test_flat_groups_are_dropped(correct, feats, weights):
     s = preference(correct, feats, weights=weights)
     assert s.dropped and s.std <= 0.1 and set(s.rewards) == {0.0}
@@ -109,12 +121,29 @@ def test_bad_arguments_are_errors():
 
 def _result(i: int, reward, cost: float, latency: float, calls: dict, samples: int) -> RolloutResult:
     span = Span(start=1, end=2, node="orchestrate", visit=1, mask=1, kind="generated")
-    sample = TrainingSample(tokens=(1, 2), response_length=1, loss_mask=(1,), rollout_log_probs=(0.0,),
-                            spans=(span,), rollout_id=i, reward=reward)
+    sample = TrainingSample(
+        tokens=(1, 2),
+        response_length=1,
+        loss_mask=(1,),
+        rollout_log_probs=(0.0,),
+        spans=(span,),
+        rollout_id=i,
+        reward=reward,
+    )
     records = (CallRecord("orchestrate", 1, "policy", 10, 5, latency_s=latency, cost=cost),)
-    return RolloutResult(rollout_id=i, group=0, status="completed", reward=reward,
-                         samples=tuple(sample for _ in range(samples)), path=(), calls=records, error=None,
-                         state={"expert_calls": calls}, elapsed_s=latency, engine_s=latency)
+    return RolloutResult(
+        rollout_id=i,
+        group=0,
+        status="completed",
+        reward=reward,
+        samples=tuple(sample for _ in range(samples)),
+        path=(),
+        calls=records,
+        error=None,
+        state={"expert_calls": calls},
+        elapsed_s=latency,
+        engine_s=latency,
+    )
 
 
 def test_hook_replaces_rewards_and_broadcasts_them_to_every_turn():
@@ -134,11 +163,13 @@ def test_hook_replaces_rewards_and_broadcasts_them_to_every_turn():
 
 def test_the_judges_calls_are_not_the_rollouts_cost():
     plan, _ = plan_from_path(REPO / "graphs" / "toolorchestra.yaml")
-    hook = group_reward_hook(plan, [{"prompt": "q", "label": "a",
-                                     "metadata": {"pref_vec": {"accuracy": 1, "cost": 1}}}])
+    hook = group_reward_hook(
+        plan, [{"prompt": "q", "label": "a", "metadata": {"pref_vec": {"accuracy": 1, "cost": 1}}}]
+    )
     judged = _result(1, 1.0, 0.1, 1.0, {}, samples=1)
-    judged = dataclasses.replace(judged, calls=judged.calls + (CallRecord("reward", 1, "Qwen/Qwen3-32B", 500, 9,
-                                                                          latency_s=3.0, cost=5.0),))
+    judged = dataclasses.replace(
+        judged, calls=judged.calls + (CallRecord("reward", 1, "Qwen/Qwen3-32B", 500, 9, latency_s=3.0, cost=5.0),)
+    )
     cheaper = _result(0, 1.0, 0.2, 1.0, {}, samples=1)
     out = hook([cheaper, judged])
     # without the judge's 5.0 the judged rollout (0.1) is the cheaper one: preferences 0, 1
@@ -168,12 +199,15 @@ def test_no_group_reward_no_hook():
 
 
 def test_user_group_function(tmp_path):
-    (tmp_path / "my_group_rewards.py").write_text("def rank(rewards, bonus):\n"
-                                     "    return [(r or 0.0) + bonus * i for i, r in enumerate(rewards)]\n")
+    (tmp_path / "my_group_rewards.py").write_text(
+        "def rank(rewards, bonus):\n    return [(r or 0.0) + bonus * i for i, r in enumerate(rewards)]\n"
+    )
     graph = tmp_path / "g.yaml"
-    graph.write_text("name: g\ninputs: {q: prompt}\nnodes:\n  a: {llm: policy, prompt: '{{ q }}'}\n"
-                     "reward:\n  fn: exact_match\n  args: {prediction: '{{ a.text }}', label: x}\n  credit: broadcast\n"
-                     "  group: {fn: 'my_group_rewards:rank', args: {bonus: '{{ row.metadata.bonus }}'}}\n")
+    graph.write_text(
+        "name: g\ninputs: {q: prompt}\nnodes:\n  a: {llm: policy, prompt: '{{ q }}'}\n"
+        "reward:\n  fn: exact_match\n  args: {prediction: '{{ a.text }}', label: x}\n  credit: broadcast\n"
+        "  group: {fn: 'my_group_rewards:rank', args: {bonus: '{{ row.metadata.bonus }}'}}\n"
+    )
     plan, diags = plan_from_path(graph)
     assert plan is not None, diags
     hook = group_reward_hook(plan, [{"prompt": "q", "metadata": {"bonus": 0.5}}], [tmp_path])

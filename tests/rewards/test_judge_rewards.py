@@ -24,12 +24,20 @@ def score(fn, args, judge=None, model="judge-model", **box):
     return asyncio.run(RewardBox(**box).score(fn, args, judge_model=model, judge=judge)), judge
 
 
-@pytest.mark.parametrize("reply,want", [
-    ('{"correct": true}', True), ('{"correct": false}', False), ('```json\n{"correct": true}\n```', True),
-    ("It matches.\nVERDICT: True", True), ("VERDICT: **False**", False),
-    ('VERDICT: False\n{"correct": true}', True),  # the last verdict wins
-    ("Correct: true", True), ("I cannot tell.", False), ("", False),
-])
+@pytest.mark.parametrize(
+    "reply,want",
+    [
+        ('{"correct": true}', True),
+        ('{"correct": false}', False),
+        ('```json\n{"correct": true}\n```', True),
+        ("It matches.\nVERDICT: True", True),
+        ("VERDICT: **False**", False),
+        ('VERDICT: False\n{"correct": true}', True),  # the last verdict wins
+        ("Correct: true", True),
+        ("I cannot tell.", False),
+        ("", False),
+    ],
+)
 def test_parse_verdict_both_styles(reply, want):
     assert parse_verdict(reply) is want
 
@@ -42,11 +50,14 @@ def test_judge_is_not_asked_when_the_rule_matches(fn):
 
 @pytest.mark.parametrize("fn", ["exact_match", "sub_em"])
 def test_judge_rescues_a_rule_miss(fn):
-    args = {"prediction": "It was written by F. Herbert", "label": ["Frank Herbert", "Herbert, Frank"],
-            "question": "Who wrote Dune?"}
+    args = {
+        "prediction": "It was written by F. Herbert",
+        "label": ["Frank Herbert", "Herbert, Frank"],
+        "question": "Who wrote Dune?",
+    }
     value, judge = score(fn, args, Judge('{"correct": true}'), judge_max_tokens=64)
     assert value == 1.0
-    (model, prompt, max_tokens), = judge.asked
+    ((model, prompt, max_tokens),) = judge.asked
     assert model == "judge-model" and max_tokens == 64
     assert "Who wrote Dune?" in prompt and "F. Herbert" in prompt and "Frank Herbert | Herbert, Frank" in prompt
     value, _ = score(fn, args, Judge("no idea"))
@@ -62,8 +73,9 @@ def test_judge_sees_the_extracted_answer_and_nothing_without_one():
 
 
 def test_without_a_judge_model_the_rule_decides():
-    value, judge = score("sub_em", {"prediction": "F. Herbert", "label": "Frank Herbert"}, Judge('{"correct": true}'),
-                         model=None)
+    value, judge = score(
+        "sub_em", {"prediction": "F. Herbert", "label": "Frank Herbert"}, Judge('{"correct": true}'), model=None
+    )
     assert value == 0.0 and judge.asked == []
 
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import textwrap
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import pytest
 
@@ -96,11 +97,17 @@ class Kit:
         assert plan is not None, "\n".join(str(d) for d in diags)
         return plan
 
-    def executor(self, plan, engines: Mapping[str, Any], *, tools=None, rewards=None,
-                 sampling: Mapping[str, Any] | None = None) -> Executor:
+    def executor(
+        self, plan, engines: Mapping[str, Any], *, tools=None, rewards=None, sampling: Mapping[str, Any] | None = None
+    ) -> Executor:
         eps = StaticEndpoints(engines, self.r)
-        return Executor(plan, eps, tools=tools or ToolBox([self.dir]), rewards=rewards or RewardBox([self.dir]),
-                        sampling=sampling or {"temperature": 1.0})
+        return Executor(
+            plan,
+            eps,
+            tools=tools or ToolBox([self.dir]),
+            rewards=rewards or RewardBox([self.dir]),
+            sampling=sampling or {"temperature": 1.0},
+        )
 
     def run(self, executor: Executor, row: Mapping[str, Any], rollout_id: int | str = 0, **kw) -> RolloutResult:
         return asyncio.run(executor.run(RolloutInput(row=row, rollout_id=rollout_id, **kw)))

@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 
 jinja2 = pytest.importorskip("jinja2")
 
-from graphrl.models.chat_template import QWEN_CHAT_TEMPLATE  # noqa: E402
-from graphrl.runtime import chatml_native  # noqa: E402
-from graphrl.runtime.chat_template import TemplateRenderer, template_message, template_tools  # noqa: E402
-from graphrl.runtime.chatml_native import render_chatml  # noqa: E402
+from graphrl.models.chat_template import QWEN_CHAT_TEMPLATE
+from graphrl.runtime import chatml_native
+from graphrl.runtime.chat_template import TemplateRenderer, template_message, template_tools
+from graphrl.runtime.chatml_native import render_chatml
 
 CONSTANTS = {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}
 JINJA = TemplateRenderer(QWEN_CHAT_TEMPLATE, CONSTANTS, native=False)
@@ -33,15 +33,30 @@ def outcome(fn, *args, **kwargs):
     """('ok', text) or ('raises', type, message): what a rendering path does with an input."""
     try:
         return ("ok", fn(*args, **kwargs))
-    except Exception as e:  # noqa: BLE001 - the exception itself is what is compared
+    except Exception as e:
         return ("raises", type(e), str(e))
 
 
 # -- strategies ----------------------------------------------------------------------------------
 TEXT = st.one_of(
     st.text(max_size=12),  # any code point but surrogates: non-BMP, combining marks, controls, ...
-    st.sampled_from(["", " ", "\n", "<|im_end|>", "<|im_start|>user\n", "</tool_response>", "None",
-                     "é𝄞😀", '{"a": 1}', '"', "\\", "\u2028", "\x00"]),
+    st.sampled_from(
+        [
+            "",
+            " ",
+            "\n",
+            "<|im_end|>",
+            "<|im_start|>user\n",
+            "</tool_response>",
+            "None",
+            "é𝄞😀",
+            '{"a": 1}',
+            '"',
+            "\\",
+            "\u2028",
+            "\x00",
+        ]
+    ),
 )
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | TEXT,  # floats include nan / inf
@@ -52,13 +67,19 @@ JSON_OBJECT = st.dictionaries(TEXT, JSON, max_size=4)
 
 TEXT_PART = st.fixed_dictionaries({"type": st.just("text"), "text": TEXT})
 OTHER_PART = st.one_of(
-    st.fixed_dictionaries({"type": st.sampled_from(["image", "image_url", "Text", "text ", ""]),
-                           "text": TEXT}),  # other types: skipped
+    st.fixed_dictionaries(
+        {"type": st.sampled_from(["image", "image_url", "Text", "text ", ""]), "text": TEXT}
+    ),  # other types: skipped
     st.fixed_dictionaries({"text": TEXT}),  # no type: Undefined == 'text' is false: skipped
     st.fixed_dictionaries({"type": st.just("text")}),  # no text: Undefined renders ''
     st.fixed_dictionaries({"type": st.none() | st.integers(), "image": TEXT}),
-    TEXT, st.integers(), st.floats(allow_nan=False), st.none(), st.booleans(),  # not mappings: skipped
-    st.lists(TEXT, max_size=2), st.tuples(TEXT),
+    TEXT,
+    st.integers(),
+    st.floats(allow_nan=False),
+    st.none(),
+    st.booleans(),  # not mappings: skipped
+    st.lists(TEXT, max_size=2),
+    st.tuples(TEXT),
 )
 PARTS = st.lists(st.one_of(TEXT_PART, TEXT_PART, OTHER_PART), max_size=4)
 CONTENT = st.one_of(TEXT, TEXT, st.none(), PARTS, PARTS.map(tuple))
@@ -83,10 +104,13 @@ ASSISTANT = st.fixed_dictionaries(
     {"role": st.just("assistant")},
     optional={"content": CONTENT, "tool_calls": TOOL_CALLS, "reasoning_content": TEXT},
 )
-OTHER_ROLE = st.one_of(st.sampled_from(["developer", "ipython", "function", "", "Tool", "tool ", "system"]),
-                       TEXT)
+OTHER_ROLE = st.one_of(st.sampled_from(["developer", "ipython", "function", "", "Tool", "tool ", "system"]), TEXT)
 MESSAGE = st.one_of(
-    plain_message("user"), ASSISTANT, ASSISTANT, plain_message("tool"), plain_message("tool"),
+    plain_message("user"),
+    ASSISTANT,
+    ASSISTANT,
+    plain_message("tool"),
+    plain_message("tool"),
     OTHER_ROLE.flatmap(plain_message),
 )
 CONVERSATION = st.builds(
@@ -95,24 +119,40 @@ CONVERSATION = st.builds(
     st.lists(MESSAGE, max_size=9),
 )
 TOOL = st.one_of(
-    st.fixed_dictionaries({
-        "type": st.just("function"),
-        "function": st.fixed_dictionaries({
-            "name": TEXT, "description": TEXT,
-            "parameters": st.fixed_dictionaries({
-                "type": st.just("object"),
-                "properties": st.dictionaries(TEXT, st.fixed_dictionaries(
-                    {"type": st.sampled_from(["string", "integer", "array"])},
-                    optional={"description": TEXT, "items": JSON_OBJECT, "enum": st.lists(JSON, max_size=3)}),
-                    max_size=3),
-                "required": st.lists(TEXT, max_size=2),
-            }),
-        }),
-    }),
+    st.fixed_dictionaries(
+        {
+            "type": st.just("function"),
+            "function": st.fixed_dictionaries(
+                {
+                    "name": TEXT,
+                    "description": TEXT,
+                    "parameters": st.fixed_dictionaries(
+                        {
+                            "type": st.just("object"),
+                            "properties": st.dictionaries(
+                                TEXT,
+                                st.fixed_dictionaries(
+                                    {"type": st.sampled_from(["string", "integer", "array"])},
+                                    optional={
+                                        "description": TEXT,
+                                        "items": JSON_OBJECT,
+                                        "enum": st.lists(JSON, max_size=3),
+                                    },
+                                ),
+                                max_size=3,
+                            ),
+                            "required": st.lists(TEXT, max_size=2),
+                        }
+                    ),
+                }
+            ),
+        }
+    ),
     JSON_OBJECT,
 )
-TOOLS = st.one_of(st.none(), st.just([]), st.lists(TOOL, min_size=1, max_size=4),
-                  st.lists(TOOL, min_size=1, max_size=4))
+TOOLS = st.one_of(
+    st.none(), st.just([]), st.lists(TOOL, min_size=1, max_size=4), st.lists(TOOL, min_size=1, max_size=4)
+)
 
 
 # -- differential tests --------------------------------------------------------------------------
@@ -137,31 +177,47 @@ def test_native_equals_jinja_through_template_message(messages, tools):
 
 
 # Values the native renderer declines (or Jinja rejects), mixed into otherwise ordinary messages.
-ODD = st.one_of(st.integers(), st.booleans(), st.floats(allow_nan=False), JSON_OBJECT,
-                st.builds(set), st.builds(lambda: types.MappingProxyType({"type": "text", "text": "mp"})))
+ODD = st.one_of(
+    st.integers(),
+    st.booleans(),
+    st.floats(allow_nan=False),
+    JSON_OBJECT,
+    st.builds(set),
+    st.builds(lambda: types.MappingProxyType({"type": "text", "text": "mp"})),
+)
 ODD_TEXT_PART = st.fixed_dictionaries({"type": st.just("text"), "text": st.none() | st.integers() | JSON})
-ODD_CALL = st.fixed_dictionaries({
-    "function": st.none() | TEXT | st.fixed_dictionaries({"name": st.none() | st.integers()}),
-    "name": TEXT, "arguments": TEXT,
-})
+ODD_CALL = st.fixed_dictionaries(
+    {
+        "function": st.none() | TEXT | st.fixed_dictionaries({"name": st.none() | st.integers()}),
+        "name": TEXT,
+        "arguments": TEXT,
+    }
+)
 WILD_MESSAGE = st.one_of(
     MESSAGE,
-    st.fixed_dictionaries({
-        "role": st.sampled_from(["user", "assistant", "tool", "system"]),
-        "content": st.one_of(ODD, st.lists(st.one_of(TEXT_PART, ODD, ODD_TEXT_PART), max_size=3)),
-    }),
-    st.fixed_dictionaries({
-        "role": st.just("assistant"), "content": TEXT,
-        "tool_calls": st.one_of(ODD, TEXT, st.lists(st.one_of(CALL, ODD, TEXT, ODD_CALL), max_size=2)),
-    }),
+    st.fixed_dictionaries(
+        {
+            "role": st.sampled_from(["user", "assistant", "tool", "system"]),
+            "content": st.one_of(ODD, st.lists(st.one_of(TEXT_PART, ODD, ODD_TEXT_PART), max_size=3)),
+        }
+    ),
+    st.fixed_dictionaries(
+        {
+            "role": st.just("assistant"),
+            "content": TEXT,
+            "tool_calls": st.one_of(ODD, TEXT, st.lists(st.one_of(CALL, ODD, TEXT, ODD_CALL), max_size=2)),
+        }
+    ),
     st.fixed_dictionaries({"content": TEXT}, optional={"role": st.none() | st.integers()}),
 )
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(messages=st.lists(WILD_MESSAGE, max_size=5),
-       tools=st.one_of(TOOLS, JSON_OBJECT, st.lists(st.one_of(TOOL, TEXT, st.builds(set)), max_size=2)),
-       add_generation_prompt=st.booleans())
+@given(
+    messages=st.lists(WILD_MESSAGE, max_size=5),
+    tools=st.one_of(TOOLS, JSON_OBJECT, st.lists(st.one_of(TOOL, TEXT, st.builds(set)), max_size=2)),
+    add_generation_prompt=st.booleans(),
+)
 def test_wild_inputs_render_or_fall_back(messages, tools, add_generation_prompt):
     """Anything: the native renderer is exact or declines, and the renderer then behaves as Jinja."""
     want = outcome(jinja, messages, tools, add_generation_prompt)
@@ -201,15 +257,18 @@ DECLINED = {
     "tool_calls str": [{"role": "assistant", "content": "", "tool_calls": "f"}],
     "tool_calls int": [{"role": "assistant", "content": "", "tool_calls": 3}],
     "call str": [{"role": "assistant", "content": "", "tool_calls": ["f"]}],
-    "call function None": [{"role": "assistant", "content": "",
-                            "tool_calls": [{"function": None, "name": "f", "arguments": "{}"}]}],
+    "call function None": [
+        {"role": "assistant", "content": "", "tool_calls": [{"function": None, "name": "f", "arguments": "{}"}]}
+    ],
     "call without name": [{"role": "assistant", "content": "", "tool_calls": [{"arguments": "{}"}]}],
     "call int name": [{"role": "assistant", "content": "", "tool_calls": [{"name": 1, "arguments": "{}"}]}],
     "call without arguments": [{"role": "assistant", "content": "", "tool_calls": [{"name": "f"}]}],
-    "call str-subclass arguments": [{"role": "assistant", "content": "",
-                                     "tool_calls": [{"name": "f", "arguments": Str('{"a": 1}')}]}],
-    "call unserialisable arguments": [{"role": "assistant", "content": "",
-                                       "tool_calls": [{"name": "f", "arguments": {"a": {1, 2}}}]}],
+    "call str-subclass arguments": [
+        {"role": "assistant", "content": "", "tool_calls": [{"name": "f", "arguments": Str('{"a": 1}')}]}
+    ],
+    "call unserialisable arguments": [
+        {"role": "assistant", "content": "", "tool_calls": [{"name": "f", "arguments": {"a": {1, 2}}}]}
+    ],
 }
 
 
@@ -239,20 +298,35 @@ def test_jinja_corners_the_native_renderer_reproduces():
     cases = [
         ([{"role": "user", "content": None}], "<|im_start|>user\n<|im_end|>\n"),
         ([{"role": "user"}], "<|im_start|>user\n<|im_end|>\n"),  # missing content: Undefined -> ''
-        ([{"role": "user", "content": [{"text": "a"}, {"type": "text", "text": "b"}, {"type": "text"}, "c"]}],
-         "<|im_start|>user\nb<|im_end|>\n"),
-        ([{"role": "system", "content": "s"}, {"role": "tool", "content": "r"}],
-         "<|im_start|>system\ns<|im_end|>\n<|im_start|>user\n<tool_response>\nr\n</tool_response><|im_end|>\n"),
-        ([{"role": "tool", "content": "a"}, {"role": "tool", "content": "b"}],
-         "<|im_start|>user\n<tool_response>\na\n</tool_response>\n<tool_response>\nb\n</tool_response><|im_end|>\n"),
+        (
+            [{"role": "user", "content": [{"text": "a"}, {"type": "text", "text": "b"}, {"type": "text"}, "c"]}],
+            "<|im_start|>user\nb<|im_end|>\n",
+        ),
+        (
+            [{"role": "system", "content": "s"}, {"role": "tool", "content": "r"}],
+            "<|im_start|>system\ns<|im_end|>\n<|im_start|>user\n<tool_response>\nr\n</tool_response><|im_end|>\n",
+        ),
+        (
+            [{"role": "tool", "content": "a"}, {"role": "tool", "content": "b"}],
+            "<|im_start|>user\n<tool_response>\na\n</tool_response>\n<tool_response>\nb\n</tool_response><|im_end|>\n",
+        ),
         ([{"role": "assistant", "content": None, "tool_calls": None}], "<|im_start|>assistant\n<|im_end|>\n"),
         ([{"role": "assistant", "content": "b", "tool_calls": 0}], "<|im_start|>assistant\nb<|im_end|>\n"),
-        ([{"role": "assistant", "content": "", "tool_calls": [{"name": "f", "arguments": None},
-                                                               {"function": {"name": "g", "arguments": "x"}}]}],
-         '<|im_start|>assistant\n<tool_call>\n{"name": "f", "arguments": null}\n</tool_call>\n'
-         '<tool_call>\n{"name": "g", "arguments": x}\n</tool_call><|im_end|>\n'),
-        ([{"role": "system", "content": "a"}, {"role": "system", "content": "b"}],
-         "<|im_start|>system\na<|im_end|>\n<|im_start|>system\nb<|im_end|>\n"),
+        (
+            [
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [{"name": "f", "arguments": None}, {"function": {"name": "g", "arguments": "x"}}],
+                }
+            ],
+            '<|im_start|>assistant\n<tool_call>\n{"name": "f", "arguments": null}\n</tool_call>\n'
+            '<tool_call>\n{"name": "g", "arguments": x}\n</tool_call><|im_end|>\n',
+        ),
+        (
+            [{"role": "system", "content": "a"}, {"role": "system", "content": "b"}],
+            "<|im_start|>system\na<|im_end|>\n<|im_start|>system\nb<|im_end|>\n",
+        ),
         ([], ""),
     ]
     for messages, text in cases:
@@ -274,6 +348,7 @@ def test_the_pinned_template_is_graphrls_and_reads_no_constants():
     assert chatml_native.renders(QWEN_CHAT_TEMPLATE)
     import jinja2.ext
     import jinja2.meta
+
     ast = jinja2.Environment(extensions=[jinja2.ext.loopcontrols]).parse(QWEN_CHAT_TEMPLATE)
     # constants (special tokens) and `documents` are never read, so rendering without them is exact.
     # `body` is listed because Jinja resolves it from the context at the start of each loop iteration
@@ -282,15 +357,34 @@ def test_the_pinned_template_is_graphrls_and_reads_no_constants():
 
 
 def test_constants_never_change_the_jinja_rendering():
-    shadowing = {"body": "ZZZ", "text": "T", "has_system": True, "fn": "F", "loop": 1, "message": "M",
-                 "call": "C", "tool": "X", "part": "P", "content": "Q", "bos_token": "<s>"}
+    shadowing = {
+        "body": "ZZZ",
+        "text": "T",
+        "has_system": True,
+        "fn": "F",
+        "loop": 1,
+        "message": "M",
+        "call": "C",
+        "tool": "X",
+        "part": "P",
+        "content": "Q",
+        "bos_token": "<s>",
+    }
     jinja_shadowed = TemplateRenderer(QWEN_CHAT_TEMPLATE, shadowing, native=False)
     native_shadowed = TemplateRenderer(QWEN_CHAT_TEMPLATE, shadowing)
     assert native_shadowed.native is True
-    messages = [{"role": "system", "content": [{"type": "text", "text": "s"}]}, U,
-                {"role": "assistant", "content": "", "tool_calls": [{"name": "f", "arguments": "{}"},
-                                                                     {"function": {"name": "g", "arguments": 1}}]},
-                {"role": "tool", "content": "x"}, {"role": "tool", "content": "y"}, {"role": "other"}]
+    messages = [
+        {"role": "system", "content": [{"type": "text", "text": "s"}]},
+        U,
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"name": "f", "arguments": "{}"}, {"function": {"name": "g", "arguments": 1}}],
+        },
+        {"role": "tool", "content": "x"},
+        {"role": "tool", "content": "y"},
+        {"role": "other"},
+    ]
     for tools in (None, [{"a": 1}]):
         want = jinja(messages, tools, True)
         assert jinja_shadowed.render(messages, tools=tools, add_generation_prompt=True) == want
@@ -309,8 +403,7 @@ def test_renderer_picks_the_native_path_only_for_graphrls_template():
     assert JINJA.native is False
     assert TemplateRenderer(QWEN_CHAT_TEMPLATE).native is True
     assert TemplateRenderer(QWEN_CHAT_TEMPLATE, native=False).native is False
-    other = ("{%- for m in messages -%}{{- '<|im_start|>' + m.role + '\n' + m.content + '<|im_end|>\n' -}}"
-             "{%- endfor -%}")
+    other = "{%- for m in messages -%}{{- '<|im_start|>' + m.role + '\n' + m.content + '<|im_end|>\n' -}}{%- endfor -%}"
     assert TemplateRenderer(other).native is False
     assert TemplateRenderer(QWEN_CHAT_TEMPLATE + "\n\n").native is False  # not byte-identical
     # constants that clash with render()'s own keywords make Jinja raise: keep Jinja
@@ -353,10 +446,13 @@ def test_chat_renderer_with_qwen_tokenizer_uses_the_native_path():
     tok = qwen_tokenizer()
     r = ChatRenderer(tok)
     assert r.template.native is True
-    messages = [{"role": "system", "content": "s"}, U,
-                {"role": "assistant", "content": "",
-                 "tool_calls": [{"function": {"name": "f", "arguments": {"x": "é"}}}]},
-                {"role": "tool", "content": "r1"}, {"role": "tool", "content": "r2"}]
+    messages = [
+        {"role": "system", "content": "s"},
+        U,
+        {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "f", "arguments": {"x": "é"}}}]},
+        {"role": "tool", "content": "r1"},
+        {"role": "tool", "content": "r2"},
+    ]
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]
     want = tok.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True)
     assert r.render(messages, tools=tools) == want

@@ -45,8 +45,7 @@ def test_max_combines_like_a_format_score(kit):
 
 
 def test_fn_and_terms_together_and_unknown_terms_are_located_errors(kit):
-    path = kit.write("bad.yaml", GRAPH.replace("COMBINE", "fn: exact_match").replace(
-        "fn: tool_use", "fn: tool_usage"))
+    path = kit.write("bad.yaml", GRAPH.replace("COMBINE", "fn: exact_match").replace("fn: tool_use", "fn: tool_usage"))
     plan, diags = plan_from_path(path)
     assert plan is None
     both = [d for d in diags if "either fn" in d.message]

@@ -18,17 +18,17 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from graphrl.compilers.lower import plan_from_path  # noqa: E402
-from graphrl.app.endpoints import build_endpoints  # noqa: E402
-from graphrl.rewards.scorer import RewardBox  # noqa: E402
-from graphrl.runtime.executor import Executor  # noqa: E402
-from graphrl.runtime.ledger import TrainingSample  # noqa: E402
-from graphrl.runtime.runner import run_dataset  # noqa: E402
-from graphrl.tools.registry import ToolBox  # noqa: E402
+from graphrl.app.endpoints import build_endpoints
+from graphrl.compilers.lower import plan_from_path
+from graphrl.rewards.scorer import RewardBox
+from graphrl.runtime.executor import Executor
+from graphrl.runtime.ledger import TrainingSample
+from graphrl.runtime.runner import run_dataset
+from graphrl.tools.registry import ToolBox
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "graphs"
 sys.path.insert(0, str(Path(__file__).parent))
-from tinyserver import tiny_server as serve_tiny  # noqa: E402
+from tinyserver import tiny_server as serve_tiny
 
 
 @pytest.fixture(scope="module")
@@ -60,15 +60,28 @@ def test_concurrent_multiturn_rollouts_over_http(tiny_server, tmp_path, monkeypa
     eps = build_endpoints(plan, engine="sglang", url=tiny_server, tokenizer="qwen")
     recorder = RecordingEngineForTests(eps.engine("policy"))
     eps._engines["policy"] = recorder
-    executor = Executor(plan, eps, tools=ToolBox([FIXTURES]), rewards=RewardBox([FIXTURES]),
-                        sampling={"temperature": 1.0, "top_p": 1.0, "top_k": -1})
+    executor = Executor(
+        plan,
+        eps,
+        tools=ToolBox([FIXTURES]),
+        rewards=RewardBox([FIXTURES]),
+        sampling={"temperature": 1.0, "top_p": 1.0, "top_k": -1},
+    )
     rows = [{"prompt": f"Question number {i}: what is {i} + {i}?", "label": str(2 * i)} for i in range(8)]
     out = tmp_path / "traj.jsonl"
 
     async def main():
         try:
-            return await run_dataset(executor, rows, out, n_samples=4, concurrency=32, seed=1,
-                                     decode=eps.renderer("policy").decode, progress=False)
+            return await run_dataset(
+                executor,
+                rows,
+                out,
+                n_samples=4,
+                concurrency=32,
+                seed=1,
+                decode=eps.renderer("policy").decode,
+                progress=False,
+            )
         finally:
             await eps.close()
 
@@ -90,12 +103,12 @@ def test_concurrent_multiturn_rollouts_over_http(tiny_server, tmp_path, monkeypa
             if sp.kind == "generated":
                 assert sp.mask == 1 and sp.node == "turn"
                 before = s.tokens[: s.prompt_length + sp.start]
-                got = s.tokens[s.prompt_length + sp.start: s.prompt_length + sp.end]
+                got = s.tokens[s.prompt_length + sp.start : s.prompt_length + sp.end]
                 assert got in by_input[before], "a trained span is not what the server returned"
-                assert any(lp != 0.0 for lp in s.rollout_log_probs[sp.start:sp.end])
+                assert any(lp != 0.0 for lp in s.rollout_log_probs[sp.start : sp.end])
             else:
                 assert sp.mask == 0
-                assert all(lp == 0.0 for lp in s.rollout_log_probs[sp.start:sp.end])
+                assert all(lp == 0.0 for lp in s.rollout_log_probs[sp.start : sp.end])
         # the observations of the tool made it into the thread as masked tokens
         assert "observation 2: you wrote" in rec["response"]
         assert sum(s.loss_mask) == sum(sp.end - sp.start for sp in generated)

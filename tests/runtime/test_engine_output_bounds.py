@@ -14,8 +14,11 @@ from graphrl.engines.sglang import parse_generate_response
 
 
 def _body(ids, *, completion=None, finish="stop"):
-    meta = {"finish_reason": {"type": finish}, "prompt_tokens": 3,
-            "output_token_logprobs": [[-0.1, i, None] for i in ids]}
+    meta = {
+        "finish_reason": {"type": finish},
+        "prompt_tokens": 3,
+        "output_token_logprobs": [[-0.1, i, None] for i in ids],
+    }
     if completion is not None:
         meta["completion_tokens"] = completion
     return {"text": "", "output_ids": list(ids), "meta_info": meta}
@@ -68,7 +71,7 @@ def test_the_client_timeout_is_a_model_setting(kit, tmp_path):
     from graphrl.tools.registry import ToolBox
 
     with FaultySGLangServerForTests(kit.tok, faults=scripted_faults("hang"), hang_s=30) as server:
-        path = kit.write("t.yaml", GRAPH.replace("inputs:", f"models:\n  policy: {{timeout_s: 1.5}}\ninputs:"))
+        path = kit.write("t.yaml", GRAPH.replace("inputs:", "models:\n  policy: {timeout_s: 1.5}\ninputs:"))
         plan, diags = plan_from_path(path)
         assert plan is not None, diags
         eps = build_endpoints(plan, engine="sglang", url=server.url, tokenizer="qwen", timeout_s=900)

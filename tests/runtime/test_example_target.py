@@ -6,8 +6,9 @@ what each rollout means for training (statuses, credit, placeholders), as it doe
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -53,8 +54,19 @@ class JsonlAdapterForTests:
     def lines(self, res: Any) -> list[str]:
         outcome = settle(self.plan, res)
         rows = [so for so in outcome.samples if self.keep_failed or not so.remove]
-        return [json.dumps({"rollout": res.rollout_id, "status": so.status, "reward": so.reward, "remove": so.remove,
-                            "tokens": list(so.sample.tokens), "mask": list(so.sample.loss_mask)}) for so in rows]
+        return [
+            json.dumps(
+                {
+                    "rollout": res.rollout_id,
+                    "status": so.status,
+                    "reward": so.reward,
+                    "remove": so.remove,
+                    "tokens": list(so.sample.tokens),
+                    "mask": list(so.sample.loss_mask),
+                }
+            )
+            for so in rows
+        ]
 
 
 HELLO_WITH_JSONL = """\
@@ -92,7 +104,7 @@ def test_a_target_check_is_located_in_its_section(tmp_path):
     _, diags = check_file(path, targets=(*TARGETS, JsonlTargetForTests()))
     (d,) = [d for d in diags if "keep_failed" in d.message]
     assert d.code == "E003" and d.span is not None
-    assert text.splitlines()[d.span.line - 1][d.span.col - 1:].startswith("false")
+    assert text.splitlines()[d.span.line - 1][d.span.col - 1 :].startswith("false")
 
 
 def test_the_example_target_compiles_and_writes_settled_samples(kit):
@@ -110,5 +122,7 @@ def test_the_example_target_compiles_and_writes_settled_samples(kit):
     adapter = JsonlAdapterForTests(plan)
     rows = [json.loads(line) for r in results for line in adapter.lines(r)]
     assert [(r["rollout"], r["status"], r["reward"], r["remove"]) for r in rows] == [
-        (0, "completed", 1.0, False), (1, "completed", 0.0, False)]  # the aborted rollout is dropped
+        (0, "completed", 1.0, False),
+        (1, "completed", 0.0, False),
+    ]  # the aborted rollout is dropped
     assert rows[0]["mask"].count(1) == len(kit.ids(r"\boxed{4}"))

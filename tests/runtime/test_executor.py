@@ -14,11 +14,10 @@ import pytest
 
 from graphrl.engines.base import EngineError, FinishReason, Generation
 from graphrl.engines.scripted import Scripted
+from graphrl.models.tokenizer import QWEN_TOKEN_IDS
+from graphrl.rewards.scorer import RewardBox
 from graphrl.runtime.executor import RolloutInput
 from graphrl.runtime.ledger import FanoutError, check_fanout
-from graphrl.rewards.scorer import RewardBox
-
-from graphrl.models.tokenizer import QWEN_TOKEN_IDS
 
 IM_END = QWEN_TOKEN_IDS["<|im_end|>"]
 
@@ -99,8 +98,12 @@ def test_frozen_node_makes_no_sample_but_a_call_record(kit):
     assert {sp.node for sp in res.samples[0].spans} == {"solve"}
     ask_call = res.calls[0]
     n_in, n_out = len(helper.requests[0].input_ids), len(kit.ids("frozen words"))
-    assert (ask_call.node, ask_call.endpoint, ask_call.prompt_tokens, ask_call.completion_tokens) == \
-        ("ask", "helper", n_in, n_out)
+    assert (ask_call.node, ask_call.endpoint, ask_call.prompt_tokens, ask_call.completion_tokens) == (
+        "ask",
+        "helper",
+        n_in,
+        n_out,
+    )
     assert math.isclose(ask_call.cost, (n_in * 1.0 + n_out * 2.0) / 1e6)
     assert "helper said frozen words" in kit.r.decode(policy.requests[0].input_ids)
 
@@ -129,8 +132,14 @@ def test_thread_with_tool_observations_is_one_sample_with_masked_observations(ki
     eng = kit.engine(replies)
     res = kit.run(kit.executor(plan, {"policy": eng}), {"prompt": "go"})
     assert res.status == "completed", res.error
-    assert [p for p in res.path] == [("turn", 1), ("observe", 1), ("turn", 2), ("observe", 2), ("turn", 3),
-                                     ("observe", 3)]
+    assert [p for p in res.path] == [
+        ("turn", 1),
+        ("observe", 1),
+        ("turn", 2),
+        ("observe", 2),
+        ("turn", 3),
+        ("observe", 3),
+    ]
     (s,) = res.samples
     s.check_invariants()
     assert s.prompt_ids == eng.requests[0].input_ids
@@ -139,14 +148,14 @@ def test_thread_with_tool_observations_is_one_sample_with_masked_observations(ki
     for sp, req, text in zip(gens, eng.requests, replies):
         # what was sent before this turn is exactly the sample's tokens before its span
         assert s.tokens[: s.prompt_length + sp.start] == req.input_ids
-        assert s.response_ids[sp.start:sp.end] == kit.ids(text)
-        assert set(s.rollout_log_probs[sp.start:sp.end]) == {-0.25}
+        assert s.response_ids[sp.start : sp.end] == kit.ids(text)
+        assert set(s.rollout_log_probs[sp.start : sp.end]) == {-0.25}
     others = [sp for sp in s.spans if sp.kind != "generated"]
     assert others and all(sp.mask == 0 for sp in others)
-    assert all(set(s.rollout_log_probs[sp.start:sp.end]) == {0.0} for sp in others)
+    assert all(set(s.rollout_log_probs[sp.start : sp.end]) == {0.0} for sp in others)
     obs = [sp for sp in others if sp.kind == "observation"]
     assert [(sp.node, sp.visit) for sp in obs] == [("observe", 1), ("observe", 2)]
-    assert [kit.r.decode(s.response_ids[sp.start:sp.end]) for sp in obs] == ["saw 3 chars", "saw 7 chars"]
+    assert [kit.r.decode(s.response_ids[sp.start : sp.end]) for sp in obs] == ["saw 3 chars", "saw 7 chars"]
     assert sum(s.loss_mask) == sum(len(kit.ids(t)) for t in replies)
     # the last observation was appended after the last turn: it is in no sample
     assert "saw 17 chars" not in kit.response_text(s)
@@ -181,7 +190,8 @@ def test_switch_routes_on_the_value_with_a_default(kit, reply, target):
 
 @pytest.mark.parametrize("reply,target", [("yes", "t"), ("no", "f")])
 def test_switch_on_a_boolean_matches_true_false_keys(kit, reply, target):
-    res = kit.rollout("""
+    res = kit.rollout(
+        """
         name: t
         nodes:
           a: {llm: policy, prompt: [user: pick], next: route}
@@ -191,13 +201,17 @@ def test_switch_on_a_boolean_matches_true_false_keys(kit, reply, target):
             default: end
           t: {update: {}}
           f: {update: {}}
-        """, {"policy": kit.engine([reply])}, {})
+        """,
+        {"policy": kit.engine([reply])},
+        {},
+    )
     assert [n for n, _ in res.path] == ["a", "route", target]
 
 
 @pytest.mark.parametrize("reply,target", [("go left", "left"), ("go right", "right"), ("stay", "other")])
 def test_next_takes_the_first_true_when_else_the_default(kit, reply, target):
-    res = kit.rollout("""
+    res = kit.rollout(
+        """
         name: t
         nodes:
           a:
@@ -210,7 +224,10 @@ def test_next_takes_the_first_true_when_else_the_default(kit, reply, target):
           left: {update: {}}
           right: {update: {}}
           other: {update: {}}
-        """, {"policy": kit.engine([reply])}, {})
+        """,
+        {"policy": kit.engine([reply])},
+        {},
+    )
     assert [n for n, _ in res.path] == ["a", target]
 
 
@@ -247,7 +264,8 @@ def test_token_budget_stops_entering_the_node(kit):
     prompt_len = len(kit.r.start([{"role": "user", "content": "spend"}]))
     per_call = prompt_len + len(kit.ids("some tokens here"))
     budget = 2 * per_call + 1  # after two calls the budget is not yet reached; after three it is
-    res = kit.rollout(f"""
+    res = kit.rollout(
+        f"""
         name: t
         nodes:
           spend:
@@ -258,7 +276,10 @@ def test_token_budget_stops_entering_the_node(kit):
             on_limit: done
             next: spend
           done: {{update: {{}}}}
-        """, {"policy": kit.engine(lambda p, i: "some tokens here")}, {})
+        """,
+        {"policy": kit.engine(lambda p, i: "some tokens here")},
+        {},
+    )
     assert [n for n, _ in res.path] == ["spend"] * 3 + ["done"]
     assert sum(c.prompt_tokens + c.completion_tokens for c in res.calls) == 3 * per_call
 
@@ -266,7 +287,8 @@ def test_token_budget_stops_entering_the_node(kit):
 def test_max_steps_truncates_and_still_rewards(kit):
     kit.write("rw_steps.py", "def score(n):\n    return float(n)\n")
     eng = kit.engine(lambda p, i: f"r{i}")
-    res = kit.rollout("""
+    res = kit.rollout(
+        """
         name: t
         limits: {max_steps: 3}
         nodes:
@@ -279,7 +301,10 @@ def test_max_steps_truncates_and_still_rewards(kit):
         reward:
           fn: rw_steps:score
           args: {n: "{{ visits.again }}"}
-        """, {"policy": eng}, {})
+        """,
+        {"policy": eng},
+        {},
+    )
     assert res.status == "truncated" and "max_steps" in res.error
     assert len(eng.requests) == 3 and len(res.samples) == 3
     assert res.reward == 3.0 and sum(s.reward for s in res.samples) == pytest.approx(3.0)
@@ -410,7 +435,8 @@ def test_on_error_routes_instead_of_failing(kit):
         async def close(self):
             pass
 
-    res = kit.rollout("""
+    res = kit.rollout(
+        """
         name: t
         state:
           note: ""
@@ -425,7 +451,10 @@ def test_on_error_routes_instead_of_failing(kit):
             update: {note: "{{ 'b failed: ' ~ b.error if not b.ok else 'b ok' }}"}
             next: c
           c: {llm: policy, prompt: [user: three]}
-        """, {"policy": Flaky()}, {})
+        """,
+        {"policy": Flaky()},
+        {},
+    )
     assert res.status == "completed", res.error
     assert [n for n, _ in res.path] == ["a", "b", "recover", "c"]
     assert res.state["note"] == "b failed: EngineError: connection refused"
@@ -455,14 +484,18 @@ def test_rollout_timeout_fails_and_keeps_earlier_samples(kit):
 
 def test_missing_required_input_fails_naming_the_input(kit):
     eng = kit.engine(["never"])
-    res = kit.rollout("""
+    res = kit.rollout(
+        """
         name: t
         inputs:
           question: prompt
           document: metadata.context
         nodes:
           a: {llm: policy, prompt: [user: "{{ question }} {{ document }}"]}
-        """, {"policy": eng}, {"prompt": "q", "metadata": {}})
+        """,
+        {"policy": eng},
+        {"prompt": "q", "metadata": {}},
+    )
     assert res.status == "failed"
     assert "input 'document'" in res.error and "metadata.context" in res.error and "g.yaml" in res.error
     assert eng.requests == [] and res.samples == ()
@@ -470,13 +503,17 @@ def test_missing_required_input_fails_naming_the_input(kit):
 
 def test_optional_input_takes_its_default(kit):
     eng = kit.engine(["ok"])
-    res = kit.rollout("""
+    res = kit.rollout(
+        """
         name: t
         inputs:
           document: {from: metadata.context, required: false, default: "(none)"}
         nodes:
           a: {llm: policy, prompt: [user: "doc={{ document }}"]}
-        """, {"policy": eng}, {"prompt": "q"})
+        """,
+        {"policy": eng},
+        {"prompt": "q"},
+    )
     assert res.status == "completed" and "doc=(none)" in kit.r.decode(eng.requests[0].input_ids)
 
 
@@ -547,7 +584,8 @@ def test_foreach_max_caps_the_chunks(kit):
 
 def test_foreach_over_a_list_updates_state_between_items(kit):
     eng = kit.engine(lambda p, i: p.split("item=")[1].split("<|im_end|>")[0].upper())
-    res = kit.rollout("""
+    res = kit.rollout(
+        """
         name: t
         state:
           got: {default: [], merge: append}
@@ -557,13 +595,17 @@ def test_foreach_over_a_list_updates_state_between_items(kit):
             foreach: {over: "['a', 'b', 'c']"}
             prompt: [user: "item={{ item }} seen={{ got | length }}"]
             update: {got: "{{ output.text }}"}
-        """, {"policy": eng}, {})
+        """,
+        {"policy": eng},
+        {},
+    )
     assert res.state["got"] == ["A SEEN=0", "B SEEN=1", "C SEEN=2"]
 
 
 def test_max_steps_counts_foreach_items_as_visits(kit):
     eng = kit.engine(lambda p, i: "x")
-    res = kit.rollout("""
+    res = kit.rollout(
+        """
         name: t
         limits: {max_steps: 3}
         nodes:
@@ -571,7 +613,10 @@ def test_max_steps_counts_foreach_items_as_visits(kit):
             llm: policy
             foreach: {over: "[1, 2, 3, 4, 5]"}
             prompt: [user: "{{ item }}"]
-        """, {"policy": eng}, {})
+        """,
+        {"policy": eng},
+        {},
+    )
     assert res.status == "truncated" and len(eng.requests) == 3
 
 
@@ -596,8 +641,11 @@ FANOUT = """
 
 
 def _fanout(kit, credit, fn="rw_fanout:score", args="{x: 0.6}", key="", module=None):
-    kit.write("rw_fanout.py", "def score(x):\n    return x\n"
-                              "def as_dict(x):\n    return {'score': x, 'acc': 1.0, 'pred': 'p', 'flag': True}\n")
+    kit.write(
+        "rw_fanout.py",
+        "def score(x):\n    return x\n"
+        "def as_dict(x):\n    return {'score': x, 'acc': 1.0, 'pred': 'p', 'flag': True}\n",
+    )
     graph = FANOUT.replace("{fn}", fn).replace("{args}", args).replace("{key}", key).replace("{credit}", credit)
     return kit.rollout(graph, {"policy": kit.engine(lambda p, i: f"r{i}")}, {})
 
@@ -634,9 +682,12 @@ def test_dict_reward_without_key_credits_every_numeric_entry(kit):
 
 
 def test_usage_in_reward_args_has_cost_tokens_and_calls(kit):
-    kit.write("rw_usage.py", "def score(usage, cost, calls):\n"
-                             "    assert usage['cost'] == cost\n"
-                             "    return {'score': 1.0, 'cost': cost, 'calls': calls, 'tokens': usage['prompt_tokens']}\n")
+    kit.write(
+        "rw_usage.py",
+        "def score(usage, cost, calls):\n"
+        "    assert usage['cost'] == cost\n"
+        "    return {'score': 1.0, 'cost': cost, 'calls': calls, 'tokens': usage['prompt_tokens']}\n",
+    )
     plan = kit.plan("""
         name: t
         models:
@@ -666,32 +717,45 @@ def test_reward_is_computed_once_per_rollout(kit):
     kit.write("rw_once.py", "N = []\ndef score():\n    N.append(1)\n    return 1.0\n")
     import importlib
 
-    res = kit.rollout(FANOUT.replace("{fn}", "rw_once:score").replace("{args}", "{}").replace("{key}", "")
-                      .replace("{credit}", "even"), {"policy": kit.engine(lambda p, i: "r")}, {})
+    res = kit.rollout(
+        FANOUT.replace("{fn}", "rw_once:score")
+        .replace("{args}", "{}")
+        .replace("{key}", "")
+        .replace("{credit}", "even"),
+        {"policy": kit.engine(lambda p, i: "r")},
+        {},
+    )
     assert len(res.samples) == 4 and importlib.import_module("rw_once").N == [1]
 
 
-@pytest.mark.parametrize("body,needle", [
-    ("return 1 / 0", "reward: ZeroDivisionError"),
-    ("return None", "returned None"),
-    ("return 'high'", "reward: ValueError"),
-    ("raise ImportError('no judge library')", "reward: ImportError: no judge library"),
-])
+@pytest.mark.parametrize(
+    "body,needle",
+    [
+        ("return 1 / 0", "reward: ZeroDivisionError"),
+        ("return None", "returned None"),
+        ("return 'high'", "reward: ValueError"),
+        ("raise ImportError('no judge library')", "reward: ImportError: no judge library"),
+    ],
+)
 def test_a_crashing_or_invalid_reward_fails_only_this_rollout(kit, body, needle):
     module = f"rw_crash_{abs(hash(body))}"  # one module per case: imports are cached per process
     kit.write(f"{module}.py", f"def score(x):\n    if x == 'bad':\n        {body}\n    return 1.0\n")
-    plan = kit.plan("""
+    plan = kit.plan(
+        """
         name: t
         inputs: {q: prompt}
         nodes:
           a: {llm: policy, prompt: [user: "{{ q }}"]}
         reward: {fn: "MODULE:score", args: {x: "{{ q }}"}}
-        """.replace("MODULE", module))
+        """.replace("MODULE", module)
+    )
     ex = kit.executor(plan, {"policy": kit.engine(lambda p, i: "fine")})
 
     async def main():
-        return await asyncio.gather(ex.run(RolloutInput(row={"prompt": "bad"}, rollout_id=0)),
-                                    ex.run(RolloutInput(row={"prompt": "good"}, rollout_id=1)))
+        return await asyncio.gather(
+            ex.run(RolloutInput(row={"prompt": "bad"}, rollout_id=0)),
+            ex.run(RolloutInput(row={"prompt": "good"}, rollout_id=1)),
+        )
 
     bad, good = asyncio.run(main())
     assert bad.status == "failed" and needle in bad.error and bad.reward is None
@@ -714,8 +778,10 @@ def test_math_equal_judge_is_called_through_the_judge_model(kit):
           key: score
         """)
     judge = kit.engine(["The two agree.\nVERDICT: True"])
-    res = kit.run(kit.executor(plan, {"policy": kit.engine(["so \\boxed{2^{10}-1}"]), "judge": judge},
-                               rewards=RewardBox()), {"prompt": "2^10-1?", "label": "1023"})
+    res = kit.run(
+        kit.executor(plan, {"policy": kit.engine(["so \\boxed{2^{10}-1}"]), "judge": judge}, rewards=RewardBox()),
+        {"prompt": "2^10-1?", "label": "1023"},
+    )
     assert res.reward == {"score": 1.0, "acc": 1.0, "pred": "2^{10}-1", "gt": "1023"}
     prompt = kit.r.decode(judge.requests[0].input_ids)
     assert "2^{10}-1" in prompt and "1023" in prompt and judge.requests[0].sampling_params["temperature"] == 0.0
@@ -725,9 +791,12 @@ def test_math_equal_judge_is_called_through_the_judge_model(kit):
 
 
 def test_sync_user_tool_runs_off_the_event_loop(kit):
-    kit.write("slow_tool_loop.py", "import time\nSPAN = []\n"
-                                   "def slow():\n    SPAN.append(time.monotonic())\n    time.sleep(0.6)\n"
-                                   "    SPAN.append(time.monotonic())\n    return 'slept'\n")
+    kit.write(
+        "slow_tool_loop.py",
+        "import time\nSPAN = []\n"
+        "def slow():\n    SPAN.append(time.monotonic())\n    time.sleep(0.6)\n"
+        "    SPAN.append(time.monotonic())\n    return 'slept'\n",
+    )
     plan = kit.plan("""
         name: t
         inputs: {mode: prompt}
@@ -752,8 +821,10 @@ def test_sync_user_tool_runs_off_the_event_loop(kit):
     ex = kit.executor(plan, {"policy": kit.engine(reply, delay_s=0.05)})
 
     async def main():
-        return await asyncio.gather(ex.run(RolloutInput(row={"prompt": "slow"}, rollout_id=0)),
-                                    ex.run(RolloutInput(row={"prompt": "fast"}, rollout_id=1)))
+        return await asyncio.gather(
+            ex.run(RolloutInput(row={"prompt": "slow"}, rollout_id=0)),
+            ex.run(RolloutInput(row={"prompt": "fast"}, rollout_id=1)),
+        )
 
     slow, fast = asyncio.run(main())
     import importlib
@@ -767,7 +838,8 @@ def test_sync_user_tool_runs_off_the_event_loop(kit):
 
 def test_crashing_tool_becomes_an_observation_with_ok_false(kit):
     kit.write("crash_tool_obs.py", "def boom(x):\n    raise RuntimeError(f'kaput {x}')\n")
-    res = kit.rollout("""
+    res = kit.rollout(
+        """
         name: t
         state:
           seen: ""
@@ -782,7 +854,10 @@ def test_crashing_tool_becomes_an_observation_with_ok_false(kit):
           handle:
             llm: policy
             prompt: [user: "the tool said {{ run.text }} ({{ run.error }})"]
-        """, {"policy": (eng := kit.engine(["noted"]))}, {})
+        """,
+        {"policy": (eng := kit.engine(["noted"]))},
+        {},
+    )
     assert res.status == "completed"
     assert [n for n, _ in res.path] == ["run", "handle"]
     assert "RuntimeError: kaput 7" in res.state["seen"]
@@ -793,7 +868,8 @@ def test_crashing_tool_becomes_an_observation_with_ok_false(kit):
 
 def test_tool_observation_is_cut_to_max_chars(kit):
     kit.write("long_tool_obs.py", "def big():\n    return 'A' * 50 + 'B' * 50\n")
-    res = kit.rollout("""
+    res = kit.rollout(
+        """
         name: t
         state:
           seen: ""
@@ -802,6 +878,9 @@ def test_tool_observation_is_cut_to_max_chars(kit):
             tool: "long_tool_obs:big"
             max_chars: 20
             update: {seen: "{{ output.text }}"}
-        """, {}, {})
+        """,
+        {},
+        {},
+    )
     assert res.state["seen"].startswith("A" * 10) and res.state["seen"].endswith("B" * 10)
     assert "[80 characters cut]" in res.state["seen"]

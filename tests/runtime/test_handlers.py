@@ -24,14 +24,16 @@ def test_kinds_are_selected_by_their_key_and_the_keyless_kind_is_unique():
 
 
 def _call(n: int) -> CallRecord:
-    return CallRecord(node="a", visit=1, endpoint="policy", prompt_tokens=1, completion_tokens=n, latency_s=0.0,
-                      finish_reason="stop")
+    return CallRecord(
+        node="a", visit=1, endpoint="policy", prompt_tokens=1, completion_tokens=n, latency_s=0.0, finish_reason="stop"
+    )
 
 
 def test_trained_thread_keeps_sample_and_thread_ids_equal(renderer):
     made: list[SampleBuilder] = []
-    th = TrainedThread(renderer.thread([{"role": "user", "content": "hi"}]), sampled=True, rollout_id=7,
-                       on_sample=made.append)
+    th = TrainedThread(
+        renderer.thread([{"role": "user", "content": "hi"}]), sampled=True, rollout_id=7, on_sample=made.append
+    )
     ids = th.prepare("fail", node="a", visit=1)
     out = list(renderer.encode("hello")) + sorted(renderer.stop_token_ids)[:1]
     th.record_output(out, [-0.5] * len(out), None, mask=1, node="a", visit=1, call=_call(len(out)))
@@ -46,8 +48,9 @@ def test_trained_thread_keeps_sample_and_thread_ids_equal(renderer):
 
 def test_trained_thread_refuses_to_let_sample_and_thread_drift_apart(renderer):
     made: list[SampleBuilder] = []
-    th = TrainedThread(renderer.thread([{"role": "user", "content": "hi"}]), sampled=True, rollout_id=1,
-                       on_sample=made.append)
+    th = TrainedThread(
+        renderer.thread([{"role": "user", "content": "hi"}]), sampled=True, rollout_id=1, on_sample=made.append
+    )
     th.prepare("fail", node="a", visit=1)
     made[0].append([5], mask=0, node="x", visit=1, kind="observation")  # a write behind the thread's back
     with pytest.raises(LedgerError, match="thread has"):

@@ -69,7 +69,10 @@ def test_observation_sits_inside_the_response_with_no_turn_markers(kit):
     assert res.status == "completed", res.error
     (s,) = res.samples
     assert [(sp.node, sp.kind, sp.mask) for sp in s.spans] == [
-        ("think", "generated", 1), ("search", "observation", 0), ("think", "generated", 1)]
+        ("think", "generated", 1),
+        ("search", "observation", 0),
+        ("think", "generated", 1),
+    ]
     response = s.response_ids
     assert IM_START not in response and IM_END not in response[:-1]  # only the final stop token
     obs = "\n\n<information>Paris is the capital of France.</information>\n\n"
@@ -110,8 +113,10 @@ def test_a_new_turn_after_in_response_text_closes_the_response_with_the_template
     res = kit.run(kit.executor(plan, {"policy": engine}), {"prompt": "Q?"})
     assert res.status == "completed", res.error
     text = kit.r.decode(res.samples[0].response_ids)
-    assert text.startswith(first + "<information>Paris is the capital of France.</information><|im_end|>\n"
-                           "<|im_start|>user\nNow answer.<|im_end|>\n<|im_start|>assistant\n")
+    assert text.startswith(
+        first + "<information>Paris is the capital of France.</information><|im_end|>\n"
+        "<|im_start|>user\nNow answer.<|im_end|>\n<|im_start|>assistant\n"
+    )
 
 
 def test_in_response_text_after_a_stop_token_follows_the_token_as_the_recipe_does(kit):
@@ -123,14 +128,17 @@ def test_in_response_text_after_a_stop_token_follows_the_token_as_the_recipe_doe
     assert res.status == "completed", res.error
     (s,) = res.samples
     first = kit.ids("I do not know")
-    assert s.response_ids[:len(first)] == first and first[-1] == IM_END
+    assert s.response_ids[: len(first)] == first and first[-1] == IM_END
     assert [(sp.node, sp.kind, sp.mask) for sp in s.spans] == [
-        ("think", "generated", 1), ("search", "observation", 0), ("think", "generated", 1)]
-    assert engine.requests[1].input_ids == engine.requests[0].input_ids + s.response_ids[:s.spans[1].end]
+        ("think", "generated", 1),
+        ("search", "observation", 0),
+        ("think", "generated", 1),
+    ]
+    assert engine.requests[1].input_ids == engine.requests[0].input_ids + s.response_ids[: s.spans[1].end]
 
 
 sys.path.insert(0, str(Path(__file__).parent))
-from tinyserver import tiny_server as serve_tiny  # noqa: E402
+from tinyserver import tiny_server as serve_tiny
 
 
 @pytest.mark.slow
@@ -138,8 +146,13 @@ def test_in_response_layout_through_the_sglang_client_against_graphrl_serve(kit)
     plan = _graph(kit, max_tokens=4)  # cut by length: no stop token, the response goes on
     with serve_tiny() as url:
         eps = build_endpoints(plan, engine="sglang", url=url, tokenizer="qwen")
-        ex = Executor(plan, eps, tools=ToolBox([kit.dir]), rewards=RewardBox([kit.dir]),
-                      sampling={"temperature": 0.0, "top_p": 1.0, "top_k": -1})
+        ex = Executor(
+            plan,
+            eps,
+            tools=ToolBox([kit.dir]),
+            rewards=RewardBox([kit.dir]),
+            sampling={"temperature": 0.0, "top_p": 1.0, "top_k": -1},
+        )
 
         async def main():
             try:
@@ -153,6 +166,6 @@ def test_in_response_layout_through_the_sglang_client_against_graphrl_serve(kit)
     kinds = [(sp.node, sp.kind, sp.mask) for sp in s.spans]
     assert kinds[:3] == [("think", "generated", 1), ("search", "observation", 0), ("think", "generated", 1)]
     gen1, obs, gen2 = s.spans[:3]
-    between = s.response_ids[gen1.start:gen2.start]
+    between = s.response_ids[gen1.start : gen2.start]
     assert IM_START not in between and IM_END not in between
-    assert kit.r.decode(s.response_ids[obs.start:obs.end]).startswith("\n\n<information>Paris")
+    assert kit.r.decode(s.response_ids[obs.start : obs.end]).startswith("\n\n<information>Paris")

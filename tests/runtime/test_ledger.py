@@ -85,8 +85,11 @@ def test_random_appends_keep_every_invariant(prompt, appends):
 
 
 @settings(max_examples=100, deadline=None)
-@given(prompt=prompts, ids=st.lists(st.integers(0, 100), min_size=1, max_size=6),
-       kind=st.sampled_from(["observation", "template", "padding"]))
+@given(
+    prompt=prompts,
+    ids=st.lists(st.integers(0, 100), min_size=1, max_size=6),
+    kind=st.sampled_from(["observation", "template", "padding"]),
+)
 def test_mask_one_on_non_generated_tokens_is_refused(prompt, ids, kind):
     b = SampleBuilder(prompt)
     with pytest.raises(LedgerError, match="only generated tokens can be trained"):
@@ -97,8 +100,7 @@ def test_mask_one_on_non_generated_tokens_is_refused(prompt, ids, kind):
 
 
 @settings(max_examples=100, deadline=None)
-@given(ids=st.lists(st.integers(0, 100), min_size=1, max_size=6), extra=st.integers(1, 3),
-       drop=st.booleans())
+@given(ids=st.lists(st.integers(0, 100), min_size=1, max_size=6), extra=st.integers(1, 3), drop=st.booleans())
 def test_logprob_count_mismatch_is_refused(ids, extra, drop):
     b = SampleBuilder([1])
     n = max(0, len(ids) - extra) if drop else len(ids) + extra
@@ -155,8 +157,9 @@ def test_check_invariants_catches_tampering():
         dataclasses.replace(s, spans=s.spans[:1]),
         dataclasses.replace(s, spans=(s.spans[1], s.spans[0])),
         dataclasses.replace(s, spans=(s.spans[0], Span("tool", 0, 2, 3, 1, "observation"))),
-        dataclasses.replace(s, tokens=(1, 2, 3), response_length=3,
-                            loss_mask=(1, 1, 0), rollout_log_probs=(-0.5, -0.5, 0.0)),
+        dataclasses.replace(
+            s, tokens=(1, 2, 3), response_length=3, loss_mask=(1, 1, 0), rollout_log_probs=(-0.5, -0.5, 0.0)
+        ),
         dataclasses.replace(s, status="done"),
     ]
     for sample in broken:
@@ -169,8 +172,7 @@ def test_check_invariants_catches_tampering():
 def test_calls_status_and_json():
     b = SampleBuilder([1], rollout_id="r-1", index=2)
     b.append([2], **gen([2]))
-    b.record_call(CallRecord("policy", 0, "policy", 1, 1, cached_tokens=0, latency_s=0.25,
-                             finish_reason="stop"))
+    b.record_call(CallRecord("policy", 0, "policy", 1, 1, cached_tokens=0, latency_s=0.25, finish_reason="stop"))
     b.record_call(CallRecord("policy", 1, "policy", 3, 0, finish_reason="length", cost=0.1))
     s = b.freeze(reward={"acc": 1.0}, metadata={"question": "q"})
     assert s.status == "truncated" and s.index == 2 and s.rollout_id == "r-1"

@@ -51,8 +51,10 @@ class SlowFirstEngineForTests:
 def _run(kit, par: int):
     plan = kit.plan(SOLVERS.replace("PAR", str(par)))
     engine = SlowFirstEngineForTests(kit)
-    res = kit.run(kit.executor(plan, {"policy": engine}),
-                  {"prompt": "Q", "metadata": {"styles": ["style0", "style1", "style2", "style3"]}})
+    res = kit.run(
+        kit.executor(plan, {"policy": engine}),
+        {"prompt": "Q", "metadata": {"styles": ["style0", "style1", "style2", "style3"]}},
+    )
     return res, engine
 
 
@@ -74,7 +76,9 @@ def test_parallel_is_bounded_and_one_means_one_after_another(kit):
 
 
 def test_a_thread_node_cannot_run_items_in_parallel(kit):
-    path = kit.write("t.yaml", """\
+    path = kit.write(
+        "t.yaml",
+        """\
         name: par_thread
         inputs: {question: prompt, styles: metadata.styles}
         threads: {main: {prompt: "{{ question }}"}}
@@ -84,7 +88,8 @@ def test_a_thread_node_cannot_run_items_in_parallel(kit):
             thread: main
             prompt: [{user: "{{ item }}"}]
             foreach: {over: styles, parallel: 2}
-        """)
+        """,
+    )
     plan, diags = plan_from_path(path)
     assert plan is None
     (d,) = [d for d in diags if "parallel" in d.message]

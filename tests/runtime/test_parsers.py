@@ -98,7 +98,7 @@ def test_regex_group_one_or_whole_match_of_the_last_match():
 
 
 def test_json_whole_text_or_first_value_inside():
-    assert parse('[1, 2]', json="j").fields == {"j": [1, 2]}
+    assert parse("[1, 2]", json="j").fields == {"j": [1, 2]}
     res = parse('Sure: {"a": [1, {"b": 2}]} and then {"c": 3}', json="j")
     assert res.ok and res.fields == {"j": {"a": [1, {"b": 2}]}}
     res = parse("{not json", json="j")
@@ -106,21 +106,30 @@ def test_json_whole_text_or_first_value_inside():
 
 
 def test_tool_calls_several_per_turn_in_order():
-    text = ('<think>route</think>\n<tool_call>\n{"name": "search", "arguments": {"model": "expert-1"}}\n'
-            '</tool_call>\n<tool_call>{"name": "answer", "arguments": "{\\"model\\": \\"expert-2\\"}"}</tool_call>')
+    text = (
+        '<think>route</think>\n<tool_call>\n{"name": "search", "arguments": {"model": "expert-1"}}\n'
+        '</tool_call>\n<tool_call>{"name": "answer", "arguments": "{\\"model\\": \\"expert-2\\"}"}</tool_call>'
+    )
     res = parse(text, strip_think=True, tool_calls="calls")
     assert res.ok
-    assert res.fields == {"calls": [{"name": "search", "arguments": {"model": "expert-1"}},
-                                    {"name": "answer", "arguments": {"model": "expert-2"}}]}
+    assert res.fields == {
+        "calls": [
+            {"name": "search", "arguments": {"model": "expert-1"}},
+            {"name": "answer", "arguments": {"model": "expert-2"}},
+        ]
+    }
 
 
-@pytest.mark.parametrize("text", [
-    '<tool_call>{"name": "search", "arguments": {"model": }}</tool_call>',  # invalid JSON
-    '<tool_call>{"name": "a"}</tool_call><tool_call>{bad</tool_call>',  # one good, one bad
-    '<tool_call>{"arguments": {}}</tool_call>',  # no name
-    '<tool_call>{"name": "a", "arguments": [1]}</tool_call>',  # arguments not an object
-    'I will answer directly: 42',  # no call at all
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '<tool_call>{"name": "search", "arguments": {"model": }}</tool_call>',  # invalid JSON
+        '<tool_call>{"name": "a"}</tool_call><tool_call>{bad</tool_call>',  # one good, one bad
+        '<tool_call>{"arguments": {}}</tool_call>',  # no name
+        '<tool_call>{"name": "a", "arguments": [1]}</tool_call>',  # arguments not an object
+        "I will answer directly: 42",  # no call at all
+    ],
+)
 def test_tool_calls_invalid_is_ok_false(text):
     res = parse(text, tool_calls="calls")
     assert not res.ok and res.fields == {"calls": None} and res.error
@@ -139,19 +148,28 @@ def test_call_parses_the_executor_command():
     text = 'Command:\n```python\nexecution = tool.execute(query="Compute 2**10 - 1 and print it")\n```'
     res = parse(text, call="command")
     assert res.ok
-    assert res.fields["command"] == {"func": "tool.execute", "args": {"query": "Compute 2**10 - 1 and print it"},
-                                     "positional": []}
-    assert python_call('tool.execute("a", 2, flag=True)') == {"func": "tool.execute", "args": {"flag": True},
-                                                              "positional": ["a", 2]}
+    assert res.fields["command"] == {
+        "func": "tool.execute",
+        "args": {"query": "Compute 2**10 - 1 and print it"},
+        "positional": [],
+    }
+    assert python_call('tool.execute("a", 2, flag=True)') == {
+        "func": "tool.execute",
+        "args": {"flag": True},
+        "positional": ["a", 2],
+    }
 
 
-@pytest.mark.parametrize("arg", [
-    "__import__('os').system('touch {marker}')",
-    "open('{marker}', 'w').write('x')",
-    "(lambda: __import__('os').system('touch {marker}'))()",
-    "f\"{{__import__('os').system('touch {marker}')}}\"",
-    "'a' * 10**9",
-])
+@pytest.mark.parametrize(
+    "arg",
+    [
+        "__import__('os').system('touch {marker}')",
+        "open('{marker}', 'w').write('x')",
+        "(lambda: __import__('os').system('touch {marker}'))()",
+        "f\"{{__import__('os').system('touch {marker}')}}\"",
+        "'a' * 10**9",
+    ],
+)
 def test_call_rejects_non_literal_arguments_and_runs_nothing(tmp_path, monkeypatch, arg):
     marker = tmp_path / "pwned"
     calls = []
@@ -175,8 +193,12 @@ def test_call_rejects_non_literal_arguments_and_runs_nothing(tmp_path, monkeypat
 
 
 def test_fallback_is_tried_on_the_original_text_and_defaults_fill_the_rest():
-    spec = dict(strip_think=True, tags=["answer"], fallback={"strip_think": True, "boxed": "answer"},
-                default={"answer": "none", "extra": 5})
+    spec = dict(
+        strip_think=True,
+        tags=["answer"],
+        fallback={"strip_think": True, "boxed": "answer"},
+        default={"answer": "none", "extra": 5},
+    )
     res = parse("<answer>Paris</answer>", **spec)
     assert res.ok and res.fields == {"answer": "Paris", "extra": 5}
     res = parse(r"<think>\boxed{1}</think>so \boxed{Paris}", **spec)
@@ -186,8 +208,15 @@ def test_fallback_is_tried_on_the_original_text_and_defaults_fill_the_rest():
 
 
 def test_every_declared_field_exists_as_none_when_not_found():
-    res = parse("nothing", tags=["a"], boxed="b", regex={"c": "x(y)"}, json="d", code="e",
-                fallback={"tool_calls": "f", "call": "g"})
+    res = parse(
+        "nothing",
+        tags=["a"],
+        boxed="b",
+        regex={"c": "x(y)"},
+        json="d",
+        code="e",
+        fallback={"tool_calls": "f", "call": "g"},
+    )
     assert not res.ok
     assert res.fields == {k: None for k in "abcdefg"}
 

@@ -17,10 +17,9 @@ import pytest
 
 from graphrl.engines.scripted import Scripted, ScriptedEngineForTests
 from graphrl.engines.server import make_app, serving
+from graphrl.models.tokenizer import QWEN_TOKEN_IDS
 from graphrl.runtime.ledger import TrainingSample
 from graphrl.runtime.runner import completed_groups, read_rows, regroup_credit, run_dataset
-
-from graphrl.models.tokenizer import QWEN_TOKEN_IDS
 
 IM_END = QWEN_TOKEN_IDS["<|im_end|>"]
 
@@ -137,8 +136,9 @@ def test_group_reward_hook_and_regroup_credit(kit, tmp_path):
 
 
 def test_one_bad_rollout_does_not_take_down_the_batch(kit, tmp_path):
-    kit.write("rw_batch_crash.py", "def score(q):\n    if q == 'bad':\n        raise RuntimeError('boom')\n"
-                                   "    return 1.0\n")
+    kit.write(
+        "rw_batch_crash.py", "def score(q):\n    if q == 'bad':\n        raise RuntimeError('boom')\n    return 1.0\n"
+    )
     plan = kit.plan("""
         name: b
         inputs: {q: prompt}
@@ -225,11 +225,29 @@ def sglang_stub(tok):
 
 
 def _cli(kit, url, out, data):
-    cmd = [str(Path(sys.executable).with_name("graphrl")), "run", str(kit.dir / "slow.yaml"), "--data", str(data),
-           "--out", str(out), "--engine", "sglang", "--url", url, "--tokenizer", "qwen", "--n-samples", "2", "--concurrency", "2",
-           "--quiet"]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=kit.dir,
-                            start_new_session=True)
+    cmd = [
+        str(Path(sys.executable).with_name("graphrl")),
+        "run",
+        str(kit.dir / "slow.yaml"),
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--engine",
+        "sglang",
+        "--url",
+        url,
+        "--tokenizer",
+        "qwen",
+        "--n-samples",
+        "2",
+        "--concurrency",
+        "2",
+        "--quiet",
+    ]
+    return subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=kit.dir, start_new_session=True
+    )
 
 
 def _wait_for_lines(path: Path, n: int, proc, timeout=60.0) -> None:
@@ -249,8 +267,9 @@ def test_graphrl_run_killed_mid_run_resumes_without_loss_or_duplicates(kit, sgla
     kit.write("slow_cli_tool.py", "import time\n\ndef nap(s):\n    time.sleep(s)\n    return 'rested'\n")
     kit.write("slow.yaml", SLOW_GRAPH)
     data = kit.dir / "rows.jsonl"
-    data.write_text("".join(json.dumps({"prompt": f"question {i}", "label": "forty two"}) + "\n"
-                            for i in range(N_ROWS)))
+    data.write_text(
+        "".join(json.dumps({"prompt": f"question {i}", "label": "forty two"}) + "\n" for i in range(N_ROWS))
+    )
     out = kit.dir / "traj.jsonl"
     proc = _cli(kit, sglang_stub.url, out, data)
     _wait_for_lines(out, 4, proc)  # two groups (2 samples each) are on disk

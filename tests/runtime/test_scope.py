@@ -53,12 +53,15 @@ def test_a_node_result_renders_as_its_text_and_exposes_fields(render):
     assert render.text(("x",), "<{{ a }}>|{{ a.answer }}|{{ a.ok }}", {"a": res}) == "<hello>|42|True"
 
 
-@pytest.mark.parametrize("payload", [
-    "{{ 7*7 }}",
-    "{% for i in range(3) %}X{% endfor %}",
-    "{{ ''.__class__.__mro__ }}",
-    "{# comment #}{% raw %}r{% endraw %}",
-])
+@pytest.mark.parametrize(
+    "payload",
+    [
+        "{{ 7*7 }}",
+        "{% for i in range(3) %}X{% endfor %}",
+        "{{ ''.__class__.__mro__ }}",
+        "{# comment #}{% raw %}r{% endraw %}",
+    ],
+)
 def test_model_output_through_a_variable_is_never_evaluated(render, payload):
     ctx = {"out": payload, "res": NodeResult(text=payload)}
     assert render.text(("x",), "Prev: {{ out }}", ctx) == f"Prev: {payload}"
@@ -159,8 +162,9 @@ def test_keyed_merges_rewrites_move_to_the_end_and_max_items_drops_the_oldest():
 TEXT = "0123456789ABCDEFGHIJ"
 
 
-@pytest.mark.parametrize("where,head,tail", [("middle", "01234", "FGHIJ"), ("start", "", "ABCDEFGHIJ"),
-                                             ("end", "0123456789", "")])
+@pytest.mark.parametrize(
+    "where,head,tail", [("middle", "01234", "FGHIJ"), ("start", "", "ABCDEFGHIJ"), ("end", "0123456789", "")]
+)
 def test_max_chars_cut_positions(where, head, tail):
     state: dict = {}
     merge_state(state, "r", StateVar(max_chars=10, cut=where), TEXT)
@@ -206,12 +210,36 @@ class _Attr:
     text = "attribute, not item"
 
 
-_PATH_CTX = {"q": "what?", "n": 3, "none": None, "d": {"a": {"b": [1, 2]}, "items": "shadowed"},
-             "out": NodeResult(text="hello", ok=True, calls=[{"name": "x"}]), "obj": _Attr(),
-             "sub": type("D", (dict,), {})(text="a dict subclass"), "range": "ctx wins over globals"}
-_PATH_TEMPLATES = ["{{ q }}", "{{ n }}", "{{ none }}", "{{ d.a }}", "{{ d.a.b }}", "{{ d . a }}", "{{ out }}",
-                   "{{ out.text }}", "{{ out.ok }}", "{{ out.calls }}", "{{ obj.text }}", "{{ sub.text }}",
-                   "{{ range }}", "{{ d.items }}", " {{ q }}", "{{ q }}\n", "{{ true }}", "{{ None }}"]
+_PATH_CTX = {
+    "q": "what?",
+    "n": 3,
+    "none": None,
+    "d": {"a": {"b": [1, 2]}, "items": "shadowed"},
+    "out": NodeResult(text="hello", ok=True, calls=[{"name": "x"}]),
+    "obj": _Attr(),
+    "sub": type("D", (dict,), {})(text="a dict subclass"),
+    "range": "ctx wins over globals",
+}
+_PATH_TEMPLATES = [
+    "{{ q }}",
+    "{{ n }}",
+    "{{ none }}",
+    "{{ d.a }}",
+    "{{ d.a.b }}",
+    "{{ d . a }}",
+    "{{ out }}",
+    "{{ out.text }}",
+    "{{ out.ok }}",
+    "{{ out.calls }}",
+    "{{ obj.text }}",
+    "{{ sub.text }}",
+    "{{ range }}",
+    "{{ d.items }}",
+    " {{ q }}",
+    "{{ q }}\n",
+    "{{ true }}",
+    "{{ None }}",
+]
 
 
 @pytest.mark.parametrize("template", _PATH_TEMPLATES)
@@ -221,10 +249,12 @@ def test_dotted_path_fast_path_matches_jinja(kit, template, mode):
 
     fast = Renderer(kit.plan(MINIMAL))
     slow = Renderer(kit.plan(MINIMAL))
-    slow._compiled = lambda text, m: (scope._fast_jinja(slow.env, text, m) or pytest.fail("no Jinja path"))
+    slow._compiled = lambda text, m: scope._fast_jinja(slow.env, text, m) or pytest.fail("no Jinja path")
     source = template.strip()[2:-2] if mode == "expr" else template
-    got, want = (fast._run(("nodes", "a"), source, mode, dict(_PATH_CTX)),
-                 slow._run(("nodes", "a"), source, mode, dict(_PATH_CTX)))
+    got, want = (
+        fast._run(("nodes", "a"), source, mode, dict(_PATH_CTX)),
+        slow._run(("nodes", "a"), source, mode, dict(_PATH_CTX)),
+    )
     assert got == want and type(got) is type(want)
 
 
@@ -239,7 +269,7 @@ def test_dotted_path_fast_path_fails_like_jinja(kit, template):
 def test_dotted_path_fast_path_is_taken_for_paths_only(kit):
     from graphrl.runtime import scope
 
-    slow = lambda ctx: "jinja"  # noqa: E731
+    slow = lambda ctx: "jinja"
     assert scope._path_lookup(" out.text ", slow, text=False)({"out": NodeResult(text="t")}) == "t"
     assert scope._path_lookup("out.text", slow, text=False)({}) == "jinja"  # missing: Jinja decides
     assert scope._path_lookup("d.items", slow, text=False) is None  # a dict method name: Jinja's getattr wins

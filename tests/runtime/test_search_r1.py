@@ -14,7 +14,7 @@ from graphrl.engines.scripted import Scripted
 from graphrl.models.tokenizer import QWEN_TOKEN_IDS
 
 pytest.importorskip("bm25s", reason="the retrieval extra (pip install 'graphrl[retrieval]')")
-from graphrl.tools.retrieval_server import retrieval_service  # noqa: E402
+from graphrl.tools.retrieval_server import retrieval_service
 
 REPO = Path(__file__).resolve().parents[2]
 IM_START, IM_END = QWEN_TOKEN_IDS["<|im_start|>"], QWEN_TOKEN_IDS["<|im_end|>"]
@@ -46,28 +46,46 @@ def _run(kit, plan, url, replies, label="Haldis"):
 
 
 def test_search_then_answer(kit, plan, retrieval_url):
-    res, engine = _run(kit, plan, retrieval_url, [
-        _stopped(kit, "<think>I should look it up.</think>\n<search> capital of the Vellmar Islands </search>",
-                 "</search>"),
-        _stopped(kit, "<think>Haldis.</think>\n<answer> Haldis </answer>", "</answer>")])
+    res, engine = _run(
+        kit,
+        plan,
+        retrieval_url,
+        [
+            _stopped(
+                kit,
+                "<think>I should look it up.</think>\n<search> capital of the Vellmar Islands </search>",
+                "</search>",
+            ),
+            _stopped(kit, "<think>Haldis.</think>\n<answer> Haldis </answer>", "</answer>"),
+        ],
+    )
     assert res.status == "completed", res.error
     assert res.reward == {"score": 1.0, "em": 1.0, "format": 1.0}
     assert res.samples[0].reward == 1.0  # trained on the composite's score
     assert [n for n, _ in res.path] == ["think", "search", "think"]
     (s,) = res.samples
     assert [(sp.node, sp.kind, sp.mask) for sp in s.spans] == [
-        ("think", "generated", 1), ("search", "observation", 0), ("think", "generated", 1)]
+        ("think", "generated", 1),
+        ("search", "observation", 0),
+        ("think", "generated", 1),
+    ]
     assert IM_START not in s.response_ids and IM_END not in s.response_ids
-    obs = kit.r.decode(s.response_ids[s.spans[1].start:s.spans[1].end])
+    obs = kit.r.decode(s.response_ids[s.spans[1].start : s.spans[1].end])
     assert obs.startswith("\n\n<information>Doc 1:") and obs.endswith("</information>\n\n")
     assert "Haldis" in obs  # BM25 over data/corpus.jsonl found the document
-    assert engine.requests[1].input_ids == s.tokens[:len(engine.requests[1].input_ids)]
+    assert engine.requests[1].input_ids == s.tokens[: len(engine.requests[1].input_ids)]
 
 
 def test_invalid_action_gets_the_correction_inside_the_response(kit, plan, retrieval_url):
-    res, _ = _run(kit, plan, retrieval_url, [
-        "I think it is Haldis.",  # no tag, ends its turn with <|im_end|>
-        _stopped(kit, "<answer>Haldis</answer>", "</answer>")])
+    res, _ = _run(
+        kit,
+        plan,
+        retrieval_url,
+        [
+            "I think it is Haldis.",  # no tag, ends its turn with <|im_end|>
+            _stopped(kit, "<answer>Haldis</answer>", "</answer>"),
+        ],
+    )
     assert res.status == "completed", res.error
     assert [n for n, _ in res.path] == ["think", "invalid", "think"] and res.reward["score"] == 1.0
     text = kit.r.decode(res.samples[0].response_ids)
@@ -76,8 +94,12 @@ def test_invalid_action_gets_the_correction_inside_the_response(kit, plan, retri
 
 def test_a_length_cut_ends_the_rollout_truncated(kit, plan, retrieval_url):
     cut = kit.ids("<think>" + "very long " * 5, stop=False)
-    res, engine = _run(kit, plan, retrieval_url, [
-        Scripted(output_ids=cut, logprobs=(-0.5,) * len(cut), finish_reason=FinishReason("length", matched=len(cut)))])
+    res, engine = _run(
+        kit,
+        plan,
+        retrieval_url,
+        [Scripted(output_ids=cut, logprobs=(-0.5,) * len(cut), finish_reason=FinishReason("length", matched=len(cut)))],
+    )
     assert res.status == "truncated" and len(engine.requests) == 1 and res.reward["score"] == 0.0
 
 

@@ -46,15 +46,24 @@ def assert_call_samples(res, policy_engine, node_of_request):
 
 # ================================================================ AgentFlow
 
-STEP = "<think>Maybe base_generator?\nTool Name: base_generator</think>\n**Context:** {ctx}\n" \
-       "**Sub-Goal:** {goal}\n**Tool Name:** {tool}"
+STEP = (
+    "<think>Maybe base_generator?\nTool Name: base_generator</think>\n**Context:** {ctx}\n"
+    "**Sub-Goal:** {goal}\n**Tool Name:** {tool}"
+)
 
 
 class AgentFlowModels:
     """Canned planner / instruct / coder replies; the verifier says STOP on call `stop_at` (0: never)."""
 
-    def __init__(self, kit, *, stop_at: int, final: str = "We computed 1023. \\boxed{1023}",
-                 verdict: str = "VERDICT: False", tools=("python_coder", "base_generator")):
+    def __init__(
+        self,
+        kit,
+        *,
+        stop_at: int,
+        final: str = "We computed 1023. \\boxed{1023}",
+        verdict: str = "VERDICT: False",
+        tools=("python_coder", "base_generator"),
+    ):
         self.verifications = 0
         self.stop_at = stop_at
         steps = list(tools)
@@ -97,9 +106,18 @@ def test_agentflow_stops_after_two_steps(kit, plans):
     assert res.status == "completed", res.error
     assert res.path == (
         ("plan", 1),
-        ("next_step", 1), ("executor", 1), ("run_tool", 1), ("python_coder", 1), ("run_python", 1),
-        ("record", 1), ("verifier", 1),
-        ("next_step", 2), ("executor", 2), ("run_tool", 2), ("base_generator", 1), ("record", 2),
+        ("next_step", 1),
+        ("executor", 1),
+        ("run_tool", 1),
+        ("python_coder", 1),
+        ("run_python", 1),
+        ("record", 1),
+        ("verifier", 1),
+        ("next_step", 2),
+        ("executor", 2),
+        ("run_tool", 2),
+        ("base_generator", 1),
+        ("record", 2),
         ("verifier", 2),
         ("final_output", 1),
     )
@@ -127,8 +145,9 @@ def test_agentflow_stops_after_two_steps(kit, plans):
 
 
 def test_agentflow_verifier_never_stops_runs_five_steps_then_final_output(kit, plans):
-    models = AgentFlowModels(kit, stop_at=0, final="So \\boxed{1024 - 1}", verdict="VERDICT: True",
-                             tools=("base_generator",))
+    models = AgentFlowModels(
+        kit, stop_at=0, final="So \\boxed{1024 - 1}", verdict="VERDICT: True", tools=("base_generator",)
+    )
     res = kit.run(kit.executor(plans["agentflow"], models.engines()), ROW_AF)
     assert res.status == "completed", res.error
     names = [n for n, _ in res.path]
@@ -145,16 +164,26 @@ def test_agentflow_verifier_never_stops_runs_five_steps_then_final_output(kit, p
 
 def test_agentflow_unknown_tool_and_no_command_is_recorded_not_crashed(kit, plans):
     models = AgentFlowModels(kit, stop_at=1, final="\\boxed{7}", tools=("web_search",))
-    models.instruct = kit.by_prompt({
-        "Turn the planned step": "I cannot write a command.",
-        "decide whether it has done enough": "Conclusion: STOP",
-        "Answer the question using": "\\boxed{7}",
-        "equivalent to the reference answer": "VERDICT: maybe",
-    })
+    models.instruct = kit.by_prompt(
+        {
+            "Turn the planned step": "I cannot write a command.",
+            "decide whether it has done enough": "Conclusion: STOP",
+            "Answer the question using": "\\boxed{7}",
+            "equivalent to the reference answer": "VERDICT: maybe",
+        }
+    )
     res = kit.run(kit.executor(plans["agentflow"], models.engines()), ROW_AF)
     assert res.status == "completed"
-    assert [n for n, _ in res.path] == ["plan", "next_step", "executor", "run_tool", "tool_error", "record",
-                                        "verifier", "final_output"]
+    assert [n for n, _ in res.path] == [
+        "plan",
+        "next_step",
+        "executor",
+        "run_tool",
+        "tool_error",
+        "record",
+        "verifier",
+        "final_output",
+    ]
     step = res.state["memory"]["Action Step 1"]
     assert step["command"] == "compute part 1"  # no parsable call: the sub-goal is the command
     assert step["result"] == "Error: the step could not be run with tool 'web_search'."
@@ -222,8 +251,10 @@ def test_memagent_reward_reads_only_the_tail_of_the_answer(kit, plans):
 
 def test_memagent_without_context_is_aborted(kit, plans):
     eng = memagent_models(kit)
-    res = kit.run(kit.executor(plans["memagent"], {"policy": eng}),
-                  {"prompt": "Who wrote Dune?", "label": ["Frank Herbert"], "metadata": {}})
+    res = kit.run(
+        kit.executor(plans["memagent"], {"policy": eng}),
+        {"prompt": "Who wrote Dune?", "label": ["Frank Herbert"], "metadata": {}},
+    )
     assert res.status == "aborted" and res.reward is None
     assert res.samples == () and eng.requests == []
     assert res.path == (("check_context", 1),)
@@ -247,8 +278,10 @@ class RetrievalStubForTests:
         body = await request.json()
         self.requests.append(body)
         q = body["queries"][0]
-        docs = [{"title": f"T{k}", "contents": f"About {q}: Dune is a 1965 novel by Frank Herbert ({k})."}
-                for k in range(body.get("topk", 3))]
+        docs = [
+            {"title": f"T{k}", "contents": f"About {q}: Dune is a 1965 novel by Frank Herbert ({k})."}
+            for k in range(body.get("topk", 3))
+        ]
         return web.json_response({"result": [docs]})
 
     def _serve(self):
@@ -294,13 +327,23 @@ def retrieval():
     stub.close()
 
 
-TOOLS = [{"type": "function", "function": {"name": n, "description": f"the {n} tool",
-                                           "parameters": {"type": "object", "properties": {"model": {"type": "string"}},
-                                                          "required": ["model"]}}}
-         for n in ("search", "enhance_reasoning", "call_expert", "answer")]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": n,
+            "description": f"the {n} tool",
+            "parameters": {"type": "object", "properties": {"model": {"type": "string"}}, "required": ["model"]},
+        },
+    }
+    for n in ("search", "enhance_reasoning", "call_expert", "answer")
+]
 MAPPING = {"expert-1": "Qwen/Qwen3-32B", "expert-2": "Qwen/Qwen3-14B"}
-ROW_TO = {"prompt": "Who wrote Dune?", "label": "Frank Herbert",
-          "metadata": {"tools": TOOLS, "model_mapping": MAPPING, "pref_vec": {"accuracy": 1.0}}}
+ROW_TO = {
+    "prompt": "Who wrote Dune?",
+    "label": "Frank Herbert",
+    "metadata": {"tools": TOOLS, "model_mapping": MAPPING, "pref_vec": {"accuracy": 1.0}},
+}
 
 
 def call(name, model):
@@ -326,15 +369,30 @@ def toolorchestra(kit, plans, retrieval, policy_replies, row=ROW_TO):
 
 
 def test_toolorchestra_routes_tools_and_trains_only_orchestrator_turns(kit, plans, retrieval):
-    turns = [call("search", "expert-1"), call("enhance_reasoning", "expert-2"), call("call_expert", "expert-1"),
-             call("answer", "expert-2")]
+    turns = [
+        call("search", "expert-1"),
+        call("enhance_reasoning", "expert-2"),
+        call("call_expert", "expert-1"),
+        call("answer", "expert-2"),
+    ]
     res, policy, experts, tools = toolorchestra(kit, plans, retrieval, turns)
     assert res.status == "completed", res.error
     assert [n for n, _ in res.path] == [
-        "orchestrate", "dispatch", "search_query", "search",
-        "orchestrate", "dispatch", "reason", "run_code",
-        "orchestrate", "dispatch", "consult",
-        "orchestrate", "dispatch", "final_answer"]
+        "orchestrate",
+        "dispatch",
+        "search_query",
+        "search",
+        "orchestrate",
+        "dispatch",
+        "reason",
+        "run_code",
+        "orchestrate",
+        "dispatch",
+        "consult",
+        "orchestrate",
+        "dispatch",
+        "final_answer",
+    ]
     # one sample per turn (sample: call), each the full reward (broadcast)
     assert_call_samples(res, policy, ["orchestrate"] * 4)
     assert res.reward == 1.0 and [s.reward for s in res.samples] == [1.0] * 4
@@ -358,8 +416,12 @@ def test_toolorchestra_routes_tools_and_trains_only_orchestrator_turns(kit, plan
     assert [t for t, _ in tools.calls] == ["retrieve", "python"]
     assert res.state["expert_calls"] == {"expert-1": 2, "expert-2": 2}
     assert res.state["prediction"] == "Frank Herbert"
-    assert [c.endpoint for c in res.calls if c.node in ("search_query", "reason", "consult", "final_answer")] == \
-        ["Qwen/Qwen3-32B", "Qwen/Qwen3-14B", "Qwen/Qwen3-32B", "Qwen/Qwen3-14B"]
+    assert [c.endpoint for c in res.calls if c.node in ("search_query", "reason", "consult", "final_answer")] == [
+        "Qwen/Qwen3-32B",
+        "Qwen/Qwen3-14B",
+        "Qwen/Qwen3-32B",
+        "Qwen/Qwen3-14B",
+    ]
     assert all(c.cost > 0 for c in res.calls if not c.endpoint.startswith("tool:"))
     # call_expert forwards the conversation without the orchestrator's system prompt
     consult = kit.r.decode(experts["Qwen/Qwen3-32B"].requests[1].input_ids)
@@ -367,12 +429,15 @@ def test_toolorchestra_routes_tools_and_trains_only_orchestrator_turns(kit, plan
     assert "Doc 1: T0" in consult
 
 
-@pytest.mark.parametrize("reply", [
-    "I will just answer: Frank Herbert",  # no tool call
-    '<tool_call>{"name": "search", "arguments": {"model": }}</tool_call>',  # invalid JSON
-    call("search", "expert-9"),  # unknown expert alias
-    call("web_browse", "expert-1"),  # unknown tool
-])
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "I will just answer: Frank Herbert",  # no tool call
+        '<tool_call>{"name": "search", "arguments": {"model": }}</tool_call>',  # invalid JSON
+        call("search", "expert-9"),  # unknown expert alias
+        call("web_browse", "expert-1"),  # unknown tool
+    ],
+)
 def test_toolorchestra_stops_on_an_invalid_tool_call(kit, plans, retrieval, reply):
     res, policy, experts, tools = toolorchestra(kit, plans, retrieval, [reply, call("answer", "expert-1")])
     assert res.status == "completed"
@@ -407,7 +472,8 @@ def test_toolorchestra_as_one_thread_sample_masks_every_tool_result(kit, retriev
     text = (GRAPHS / "toolorchestra.yaml").read_text()
     assert text.count("sample: call") == 1 and "templates: ../prompts/toolorchestra" in text
     text = text.replace("sample: call", "sample: thread").replace(
-        "templates: ../prompts/toolorchestra", f"templates: {GRAPHS.parent / 'prompts' / 'toolorchestra'}")
+        "templates: ../prompts/toolorchestra", f"templates: {GRAPHS.parent / 'prompts' / 'toolorchestra'}"
+    )
     plan = kit.plan(text, name="toolorchestra_thread.yaml")
     turns = [call("search", "expert-1"), call("enhance_reasoning", "expert-2"), call("answer", "expert-2")]
     res, policy, _, _ = toolorchestra(kit, {"toolorchestra": plan}, retrieval, turns)
@@ -419,9 +485,9 @@ def test_toolorchestra_as_one_thread_sample_masks_every_tool_result(kit, retriev
     assert [(sp.node, sp.visit, sp.mask) for sp in gens] == [("orchestrate", v, 1) for v in (1, 2, 3)]
     for sp, req, reply in zip(gens, policy.requests, turns):
         assert s.tokens[: s.prompt_length + sp.start] == req.input_ids
-        assert s.response_ids[sp.start:sp.end] == kit.ids(reply)
+        assert s.response_ids[sp.start : sp.end] == kit.ids(reply)
     obs = [sp for sp in s.spans if sp.kind == "observation"]
     assert [(sp.node, sp.mask) for sp in obs] == [("search", 0), ("run_code", 0)]
-    assert "Doc 1: T0" in kit.r.decode(s.response_ids[obs[0].start:obs[0].end])
+    assert "Doc 1: T0" in kit.r.decode(s.response_ids[obs[0].start : obs[0].end])
     assert sum(s.loss_mask) == sum(len(kit.ids(t)) for t in turns)
     assert s.reward == 1.0

@@ -17,14 +17,14 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from graphrl.compilers.lower import plan_from_path  # noqa: E402
-from graphrl.app.demo import DEMO_RUNS, _data, _service  # noqa: E402
-from graphrl.app.run import run_plan  # noqa: E402
-from graphrl.runtime.ledger import TrainingSample  # noqa: E402
+from graphrl.app.demo import DEMO_RUNS, _data, _service
+from graphrl.app.run import run_plan
+from graphrl.compilers.lower import plan_from_path
+from graphrl.runtime.ledger import TrainingSample
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).parent))
-from tinyserver import tiny_server as serve_tiny  # noqa: E402
+from tinyserver import tiny_server as serve_tiny
 
 
 @pytest.fixture(scope="module")
@@ -42,9 +42,22 @@ def test_bundled_graph_over_http(run, tiny_url, tmp_path):
     out = tmp_path / "traj.jsonl"
     endpoints = {name: tiny_url for name in plan.models if name != "policy"}
     with _service(run, ROOT / "data") as metadata:
-        summary = run_plan(plan, data, out, engine="sglang", url=tiny_url, tokenizer="qwen", endpoints=endpoints,
-                           n_samples=run.n_samples, limit=run.limit, concurrency=4, seed=0, max_tokens_cap=12,
-                           metadata=metadata, progress=False)
+        summary = run_plan(
+            plan,
+            data,
+            out,
+            engine="sglang",
+            url=tiny_url,
+            tokenizer="qwen",
+            endpoints=endpoints,
+            n_samples=run.n_samples,
+            limit=run.limit,
+            concurrency=4,
+            seed=0,
+            max_tokens_cap=12,
+            metadata=metadata,
+            progress=False,
+        )
     assert summary.rollouts == run.limit * run.n_samples
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert lines

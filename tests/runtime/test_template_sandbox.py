@@ -22,7 +22,9 @@ ATTACKS = [
 def _graph(kit, template: str, *, where: str = "prompt"):
     prompt = template if where == "prompt" else "{{ question }}"
     when = template.strip("{} ") if where == "when" else "true"
-    return kit.write("g.yaml", f"""\
+    return kit.write(
+        "g.yaml",
+        f"""\
 name: attack
 inputs: {{question: prompt, key: metadata.key}}
 nodes:
@@ -33,7 +35,8 @@ nodes:
       - when: {when!r}
         goto: end
       - goto: end
-""")
+""",
+    )
 
 
 @pytest.mark.parametrize("attack", ATTACKS)
@@ -46,12 +49,15 @@ def test_every_visible_route_is_refused_by_check(kit, attack, where):
 
 def test_a_template_file_is_checked_too(kit):
     (kit.dir / "p.j2").write_text("Hi {{ cycler.__init__.__globals__ }}\n", encoding="utf-8")
-    path = kit.write("g.yaml", """\
+    path = kit.write(
+        "g.yaml",
+        """\
         name: attack_file
         inputs: {question: prompt}
         nodes:
           solve: {llm: policy, prompt: [{user: p.j2}]}
-        """)
+        """,
+    )
     _, diags = plan_from_path(path)
     found = [d for d in diags if d.code == "E205"]
     assert found and all(d.span.file.endswith("p.j2") and d.span.line == 1 for d in found)
@@ -99,13 +105,20 @@ def test_attack_text_in_data_and_model_output_stays_data(kit, tmp_path, monkeypa
 
 
 def test_include_is_refused(kit):
-    plan, diags = plan_from_path(kit.write("g.yaml", """\
+    plan, diags = plan_from_path(
+        kit.write(
+            "g.yaml",
+            """\
         name: include
         inputs: {question: prompt}
         nodes:
           solve: {llm: policy, prompt: [{user: "{% include '/etc/passwd' %}"}]}
-        """))
+        """,
+        )
+    )
     engine = kit.engine(["x"])
     if plan is not None:
         res = kit.run(kit.executor(plan, {"policy": engine}), {"prompt": "Q"})
-        assert res.status == "failed" and "passwd" not in kit.r.decode(engine.requests[0].input_ids if engine.requests else ())
+        assert res.status == "failed" and "passwd" not in kit.r.decode(
+            engine.requests[0].input_ids if engine.requests else ()
+        )

@@ -19,8 +19,12 @@ def _free_port() -> int:
 @contextlib.contextmanager
 def tiny_server(timeout_s: float = 180.0):
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "graphrl.cli", "serve", "--model", "tiny", "--port", str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "graphrl.cli", "serve", "--model", "tiny", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + timeout_s

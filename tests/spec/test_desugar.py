@@ -16,8 +16,10 @@ CASES = [
     ({"nodes": {"a": {"append_to": "main"}}}, {"nodes": {"a": {"append_to": {"thread": "main"}}}}),
     ({"nodes": {"a": {"foreach": "chunks"}}}, {"nodes": {"a": {"foreach": {"over": "chunks"}}}}),
     ({"nodes": {"a": {"prompt": "{{ messages }}"}}}, {"nodes": {"a": {"prompt": [{"messages": "{{ messages }}"}]}}}),
-    ({"nodes": {"a": {"prompt": ["hi", {"user": "x"}]}}},
-     {"nodes": {"a": {"prompt": [{"messages": "hi"}, {"user": "x"}]}}}),
+    (
+        {"nodes": {"a": {"prompt": ["hi", {"user": "x"}]}}},
+        {"nodes": {"a": {"prompt": [{"messages": "hi"}, {"user": "x"}]}}},
+    ),
     ({"threads": {"t": {"prompt": "{{ m }}"}}}, {"threads": {"t": {"prompt": [{"messages": "{{ m }}"}]}}}),
     ({"reward": "exact_match"}, {"reward": {"fn": "exact_match"}}),
 ]
@@ -40,9 +42,19 @@ def test_input_is_not_modified(short, canonical):
     assert short == before
 
 
-@pytest.mark.parametrize("doc", [
-    {"state": ["x"]}, {"inputs": 5}, {"nodes": ["a"]}, {"nodes": {"a": 5}}, {"nodes": {"a": {"next": 5}}},
-    {"nodes": {"a": {"prompt": 5}}}, {"threads": {"t": 5}}, {"reward": 5}, {"nodes": {"a": {"prompt": [5]}}},
-])
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"state": ["x"]},
+        {"inputs": 5},
+        {"nodes": ["a"]},
+        {"nodes": {"a": 5}},
+        {"nodes": {"a": {"next": 5}}},
+        {"nodes": {"a": {"prompt": 5}}},
+        {"threads": {"t": 5}},
+        {"reward": 5},
+        {"nodes": {"a": {"prompt": [5]}}},
+    ],
+)
 def test_wrong_types_are_left_for_the_schema_to_report(doc):
     assert desugar(doc) == doc

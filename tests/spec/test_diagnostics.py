@@ -7,7 +7,14 @@ import re
 import pytest
 
 from graphrl.spec.diagnostics import (
-    CODES, Diagnostic, DiagnosticError, SourceCache, Span, did_you_mean, has_errors, sort_diagnostics,
+    CODES,
+    Diagnostic,
+    DiagnosticError,
+    SourceCache,
+    Span,
+    did_you_mean,
+    has_errors,
+    sort_diagnostics,
 )
 
 
@@ -79,8 +86,10 @@ def test_render_gutter_widens_with_line_number(tmp_path):
 
 def test_render_survives_unreadable_or_short_files(tmp_path):
     cache = SourceCache()
-    assert Diagnostic("E007", "m", Span(str(tmp_path / "missing.yaml"), 1, 1)).render(cache) == \
-        f"{tmp_path / 'missing.yaml'}:1:1: error[E007]: m"
+    assert (
+        Diagnostic("E007", "m", Span(str(tmp_path / "missing.yaml"), 1, 1)).render(cache)
+        == f"{tmp_path / 'missing.yaml'}:1:1: error[E007]: m"
+    )
     f = tmp_path / "short.yaml"
     f.write_text("a: 1\n")
     assert Diagnostic("E001", "m", Span(str(f), 9, 1)).render(cache) == f"{f}:9:1: error[E001]: m"
@@ -98,19 +107,29 @@ def test_source_cache_add_overrides_disk():
 
 def test_to_json():
     d = Diagnostic("E204", "node 'a' has no field 'b'", Span("g.yaml", 2, 3), "did you mean 'c'?")
-    assert d.to_json() == {"code": "E204", "name": "unknown-field", "severity": "error",
-                           "message": "node 'a' has no field 'b'", "file": "g.yaml", "line": 2, "col": 3,
-                           "hint": "did you mean 'c'?"}
+    assert d.to_json() == {
+        "code": "E204",
+        "name": "unknown-field",
+        "severity": "error",
+        "message": "node 'a' has no field 'b'",
+        "file": "g.yaml",
+        "line": 2,
+        "col": 3,
+        "hint": "did you mean 'c'?",
+    }
     assert Diagnostic("W402", "m").to_json()["file"] is None
 
 
-@pytest.mark.parametrize("word, candidates, hint", [
-    ("nxt_step", ["next_step", "plan"], "did you mean 'next_step'?"),
-    ("polcy", ["policy"], "did you mean 'policy'?"),
-    ("zzz", ["policy", "plan"], None),
-    ("x", [], None),
-    (5, ["5", "abc"], "did you mean '5'?"),
-])
+@pytest.mark.parametrize(
+    "word, candidates, hint",
+    [
+        ("nxt_step", ["next_step", "plan"], "did you mean 'next_step'?"),
+        ("polcy", ["policy"], "did you mean 'policy'?"),
+        ("zzz", ["policy", "plan"], None),
+        ("x", [], None),
+        (5, ["5", "abc"], "did you mean '5'?"),
+    ],
+)
 def test_did_you_mean(word, candidates, hint):
     assert did_you_mean(word, candidates) == hint
 

@@ -24,7 +24,7 @@ def sections() -> dict[str, tuple[str, str]]:
     out = {}
     matches = list(HEADING.finditer(TEXT))
     for m, nxt in zip(matches, matches[1:] + [None]):
-        out[m[1]] = (m[2], TEXT[m.end(): nxt.start() if nxt else len(TEXT)])
+        out[m[1]] = (m[2], TEXT[m.end() : nxt.start() if nxt else len(TEXT)])
     return out
 
 
@@ -43,14 +43,13 @@ def test_headings_carry_the_code_names():
 def test_summary_table_matches_codes():
     rows = re.findall(r"^\| ([EW]\d{3}) \| (\S+) \| (error|warning) \| (.+?) \|$", TEXT, re.M)
     assert [(c, n, s, summary) for c, n, s, summary in rows] == [
-        (code, name, "warning" if code.startswith("W") else "error", summary)
-        for code, (name, summary) in CODES.items()]
+        (code, name, "warning" if code.startswith("W") else "error", summary) for code, (name, summary) in CODES.items()
+    ]
 
 
 def test_exit_code_table_matches_the_cli():
     rows = dict(re.findall(r"^\| (\d+) \| (.+?) \|$", TEXT, re.M))
-    assert {int(k) for k in rows} >= {cli.EXIT_OK, cli.EXIT_BUG, cli.EXIT_USAGE, cli.EXIT_INVALID,
-                                      cli.EXIT_MISSING_DEP}
+    assert {int(k) for k in rows} >= {cli.EXIT_OK, cli.EXIT_BUG, cli.EXIT_USAGE, cli.EXIT_INVALID, cli.EXIT_MISSING_DEP}
     for code, line in re.findall(r"^  (\d)  (.+)$", cli.__doc__, re.M):
         first_word = line.split()[0].strip(":(").lower()
         assert first_word in rows[code].lower(), (code, line, rows[code])

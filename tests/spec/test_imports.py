@@ -12,7 +12,8 @@ from graphrl.spec.imports import ImportProblem, resolve_callable, signature_prob
 
 @pytest.fixture
 def usermod(tmp_path):
-    (tmp_path / "gr_user_mod_xyz.py").write_text(textwrap.dedent("""
+    (tmp_path / "gr_user_mod_xyz.py").write_text(
+        textwrap.dedent("""
         import os
         VALUE = 1
         def tool(query, topk=3):
@@ -21,7 +22,8 @@ def usermod(tmp_path):
             @staticmethod
             def inner(x):
                 return x
-    """))
+    """)
+    )
     (tmp_path / "gr_user_broken_xyz.py").write_text("raise RuntimeError('import-time failure')\n")
     yield tmp_path
     for m in ("gr_user_mod_xyz", "gr_user_broken_xyz"):
@@ -39,17 +41,20 @@ def test_dotted_attribute(usermod):
     assert resolve_callable("gr_user_mod_xyz:Ns.inner", [usermod])(4) == 4
 
 
-@pytest.mark.parametrize("ref, needle", [
-    ("no_colon", "is not a module:function reference"),
-    (":f", "is not a module:function reference"),
-    ("m:", "is not a module:function reference"),
-    ("gr_no_such_module_xyz:f", "cannot import module"),
-    ("gr_user_broken_xyz:f", "RuntimeError: import-time failure"),
-    ("gr_user_mod_xyz:tol", "has no attribute 'tol'"),
-    ("gr_user_mod_xyz:VALUE", "is not callable"),
-    ("..rel:f", "cannot import module"),
-    ("\x00:f", "cannot import module"),
-])
+@pytest.mark.parametrize(
+    "ref, needle",
+    [
+        ("no_colon", "is not a module:function reference"),
+        (":f", "is not a module:function reference"),
+        ("m:", "is not a module:function reference"),
+        ("gr_no_such_module_xyz:f", "cannot import module"),
+        ("gr_user_broken_xyz:f", "RuntimeError: import-time failure"),
+        ("gr_user_mod_xyz:tol", "has no attribute 'tol'"),
+        ("gr_user_mod_xyz:VALUE", "is not callable"),
+        ("..rel:f", "cannot import module"),
+        ("\x00:f", "cannot import module"),
+    ],
+)
 def test_problems_are_values(usermod, ref, needle):
     out = resolve_callable(ref, [usermod])
     assert isinstance(out, ImportProblem), out

@@ -6,7 +6,12 @@ import pytest
 from jinja2.exceptions import TemplateSyntaxError, UndefinedError
 
 from graphrl.spec.jinja import (
-    attribute_refs, compile_expression, compile_template, make_env, parse_expression, parse_template,
+    attribute_refs,
+    compile_expression,
+    compile_template,
+    make_env,
+    parse_expression,
+    parse_template,
 )
 
 env = make_env()

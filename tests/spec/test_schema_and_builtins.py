@@ -47,8 +47,9 @@ def test_schema_accepts_bundled_graphs(validator, graph):
     assert [e.message for e in validator.iter_errors(yaml.safe_load(graph.read_text()))] == []
 
 
-@pytest.mark.parametrize("path", [(), ("nodes", "a"), ("nodes", "c"), ("nodes", "d"), ("threads", "main"),
-                                  ("state", "notes")])
+@pytest.mark.parametrize(
+    "path", [(), ("nodes", "a"), ("nodes", "c"), ("nodes", "d"), ("threads", "main"), ("state", "notes")]
+)
 def test_schema_rejects_unknown_keys(validator, path):
     doc = yaml.safe_load(SHORTHANDS)
     target = doc

@@ -15,7 +15,8 @@ def _graph(tmp: Path, prompt: str, *, outside: bool = False) -> Path:
     (tmp / "g").mkdir(exist_ok=True)
     (tmp / "g" / "prompts").mkdir(exist_ok=True)
     path = tmp / "g" / "graph.yaml"
-    path.write_text(f"""name: t
+    path.write_text(
+        f"""name: t
 templates: prompts
 {"templates_outside: true" if outside else ""}
 inputs: {{question: prompt}}
@@ -23,7 +24,9 @@ nodes:
   solve:
     llm: policy
     prompt: [{{user: "{prompt}"}}]
-""", encoding="utf-8")
+""",
+        encoding="utf-8",
+    )
     return path
 
 

@@ -89,12 +89,15 @@ def test_empty_document_is_an_empty_mapping():
         assert loc.value == {} and loc.diagnostics == []
 
 
-@pytest.mark.parametrize("text", [
-    "a: !!python/object/apply:os.system ['echo hi']\n",  # a collection: must not pass silently either
-    "a: !!python/name:os.system x\n",
-    "a: !custom 5\n",
-    "a: !!set {x, y}\n",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a: !!python/object/apply:os.system ['echo hi']\n",  # a collection: must not pass silently either
+        "a: !!python/name:os.system x\n",
+        "a: !custom 5\n",
+        "a: !!set {x, y}\n",
+    ],
+)
 def test_unsafe_or_unknown_tags_are_located_e001(text):
     loc = load_yaml(text, "g.yaml")
     assert [(d.code, d.span.line, d.span.col) for d in loc.diagnostics] == [("E001", 1, 4)]

@@ -8,8 +8,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import pytest
-
 from graphrl.tools.python_exec import run_python
 
 
@@ -78,7 +76,8 @@ def test_timeout_kills_the_whole_process_group_and_removes_the_dir():
         "import os, subprocess, sys, time\n"
         f"child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', {token!r}])\n"
         "print(os.getcwd(), flush=True)\n"
-        "time.sleep(60)\n")
+        "time.sleep(60)\n"
+    )
     t0 = time.monotonic()
     res = py(code, timeout=1.5)
     assert time.monotonic() - t0 < 5

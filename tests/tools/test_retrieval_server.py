@@ -14,8 +14,8 @@ import pytest
 
 pytest.importorskip("bm25s")
 
-from graphrl.tools.retrieval import retrieve  # noqa: E402
-from graphrl.tools.retrieval_server import BM25Index, CorpusError, read_corpus, retrieval_service  # noqa: E402
+from graphrl.tools.retrieval import retrieve
+from graphrl.tools.retrieval_server import BM25Index, CorpusError, read_corpus, retrieval_service
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = [
@@ -38,6 +38,7 @@ def post(url: str, body, path="/retrieve"):
         async with aiohttp.ClientSession() as s:
             async with s.post(url + path, data=body if isinstance(body, str) else json.dumps(body)) as r:
                 return r.status, await r.json()
+
     return asyncio.run(go())
 
 
@@ -46,6 +47,7 @@ def get(url: str, path: str):
         async with aiohttp.ClientSession() as s:
             async with s.get(url + path) as r:
                 return r.status, await r.json()
+
     return asyncio.run(go())
 
 
@@ -63,7 +65,7 @@ def test_read_corpus_defaults_ids_and_reports_bad_lines(tmp_path, corpus):
 
 def test_bm25_ranks_the_matching_document_first(corpus):
     index = BM25Index(read_corpus(corpus))
-    (hits,), = [index.search(["who wrote the novel Dune"], 3)]
+    ((hits,),) = [index.search(["who wrote the novel Dune"], 3)]
     assert hits[0]["id"] == "dune" and hits[0]["score"] > 0
     assert all(a["score"] >= b["score"] for a, b in zip(hits, hits[1:]))
     both = index.search(["Frank Herbert birthplace", "capital of France"], 2)
@@ -79,8 +81,12 @@ def test_http_protocol(corpus):
         assert [[d["id"] for d in r] for r in body["result"]] == [["paris"], ["rust"]]
         assert set(body["result"][0][0]) == {"id", "title", "contents", "score"}
         assert post(url, {"queries": ["Dune"]})[1]["result"][0][0]["id"] == "dune"  # topk defaults to 3
-        for bad, msg in ((("not json"), "JSON"), ({"queries": [1]}, "list of strings"),
-                         ({"queries": ["x"], "topk": 0}, "topk"), ({"queries": ["x"], "topk": "3"}, "topk")):
+        for bad, msg in (
+            (("not json"), "JSON"),
+            ({"queries": [1]}, "list of strings"),
+            ({"queries": ["x"], "topk": 0}, "topk"),
+            ({"queries": ["x"], "topk": "3"}, "topk"),
+        ):
             status, body = post(url, bad)
             assert status == 400 and msg in body["error"]
 
@@ -103,8 +109,12 @@ def test_the_bundled_demo_corpus_answers_the_demo_questions():
 
 
 def test_cli_serves_until_stopped(corpus):
-    proc = subprocess.Popen([sys.executable, "-m", "graphrl.cli", "serve-retrieval", "--corpus", str(corpus),
-                             "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "graphrl.cli", "serve-retrieval", "--corpus", str(corpus), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         url = proc.stdout.readline().strip()
         assert url.startswith("http://127.0.0.1:"), proc.stderr.read() if proc.poll() is not None else url
@@ -118,7 +128,11 @@ def test_cli_reports_a_bad_corpus_without_a_traceback(tmp_path):
     bad = tmp_path / "c.jsonl"
     bad.write_text("{}\n")
     t0 = time.monotonic()
-    r = subprocess.run([sys.executable, "-m", "graphrl.cli", "serve-retrieval", "--corpus", str(bad)],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "graphrl.cli", "serve-retrieval", "--corpus", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2 and "needs a string 'contents'" in r.stderr and "Traceback" not in r.stderr
     assert time.monotonic() - t0 < 60

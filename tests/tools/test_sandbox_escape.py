@@ -71,13 +71,16 @@ def test_the_report_says_what_held(report):
 @pytest.mark.parametrize("escape", [False, True], ids=["plain", "children-leave-the-session"])
 def test_fork_bomb_is_capped_and_everything_dies_at_the_timeout(report, escape):
     if report.get("process_limit") is None:
-        pytest.skip("no process cap on this machine (root without a writable pids cgroup): "
-                    "a fork bomb would not be contained")
+        pytest.skip(
+            "no process cap on this machine (root without a writable pids cgroup): a fork bomb would not be contained"
+        )
     if escape:
         need(report, "pid_namespace")  # without one, a child that calls setsid() escapes killpg
-    code = ("import os\nprint(os.getcwd(), flush=True)\nborn = 0\nwhile True:\n    try:\n"
-            f"        if os.fork() == 0 and {escape}:\n            os.setsid()\n        born += 1\n"
-            "    except OSError:\n        pass\n")
+    code = (
+        "import os\nprint(os.getcwd(), flush=True)\nborn = 0\nwhile True:\n    try:\n"
+        f"        if os.fork() == 0 and {escape}:\n            os.setsid()\n        born += 1\n"
+        "    except OSError:\n        pass\n"
+    )
     t0 = time.monotonic()
     res = py(code, timeout=2)
     assert time.monotonic() - t0 < 6
@@ -121,11 +124,13 @@ def test_writing_outside_the_work_directory_fails(report, tmp_path):
     need(report, "filesystem_readonly")
     existing = tmp_path / "parent.txt"
     existing.write_text("parent data")
-    code = (f"import os\nfor path in [{str(tmp_path / 'new.txt')!r}, {str(existing)!r}, '/tmp/graphrl-escape']:\n"
-            "    try:\n        open(path, 'w').write('child')\n        print('WROTE', path)\n"
-            "    except OSError as exc:\n        print('refused', exc.errno)\n"
-            f"try:\n    os.remove({str(existing)!r})\n    print('REMOVED')\nexcept OSError as exc:\n"
-            "    print('refused', exc.errno)\nopen('inside.txt', 'w').write('ok')\nprint('inside ok')")
+    code = (
+        f"import os\nfor path in [{str(tmp_path / 'new.txt')!r}, {str(existing)!r}, '/tmp/graphrl-escape']:\n"
+        "    try:\n        open(path, 'w').write('child')\n        print('WROTE', path)\n"
+        "    except OSError as exc:\n        print('refused', exc.errno)\n"
+        f"try:\n    os.remove({str(existing)!r})\n    print('REMOVED')\nexcept OSError as exc:\n"
+        "    print('refused', exc.errno)\nopen('inside.txt', 'w').write('ok')\nprint('inside ok')"
+    )
     res = py(code)
     assert res.ok, res.text
     assert "WROTE" not in res.text and "REMOVED" not in res.text
@@ -153,9 +158,11 @@ def test_the_parent_environment_cannot_be_read_through_proc(report, monkeypatch)
     need(report, "proc_private")
     monkeypatch.setenv("GRAPHRL_ESCAPE_SECRET", "hunter2")
     me = os.getpid()
-    res = py(f"try:\n    print(open('/proc/{me}/environ', 'rb').read())\nexcept OSError as exc:\n"
-             "    print('refused', type(exc).__name__)\nimport os\nprint(sorted(int(p) for p in os.listdir('/proc') "
-             "if p.isdigit()))")
+    res = py(
+        f"try:\n    print(open('/proc/{me}/environ', 'rb').read())\nexcept OSError as exc:\n"
+        "    print('refused', type(exc).__name__)\nimport os\nprint(sorted(int(p) for p in os.listdir('/proc') "
+        "if p.isdigit()))"
+    )
     assert res.ok and "hunter2" not in res.text and "refused" in res.text
     assert me not in eval(res.text.splitlines()[-1]) or me <= 3  # only the sandbox's own pids are visible
 
@@ -190,11 +197,13 @@ def listener():
 def test_network_is_unreachable(report, listener):
     need(report, "network_isolated")
     port, accepted = listener
-    code = ("import socket\nfor host in ['127.0.0.1', '10.255.255.1']:\n    s = socket.socket()\n"
-            "    s.settimeout(1)\n    try:\n"
-            f"        s.connect((host, {port}))\n        print('CONNECTED', host)\n"
-            "    except OSError as exc:\n        print('refused', host, exc.errno)\n"
-            "print(socket.if_nameindex())")
+    code = (
+        "import socket\nfor host in ['127.0.0.1', '10.255.255.1']:\n    s = socket.socket()\n"
+        "    s.settimeout(1)\n    try:\n"
+        f"        s.connect((host, {port}))\n        print('CONNECTED', host)\n"
+        "    except OSError as exc:\n        print('refused', host, exc.errno)\n"
+        "print(socket.if_nameindex())"
+    )
     res = py(code)
     assert res.ok, res.text
     assert "CONNECTED" not in res.text and accepted == []
@@ -203,16 +212,19 @@ def test_network_is_unreachable(report, listener):
 
 def test_the_network_is_reachable_without_isolation_as_documented(listener):
     port, accepted = listener
-    res = py(f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1).close()\nprint('ok')",
-             isolate=False)
+    res = py(
+        f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1).close()\nprint('ok')", isolate=False
+    )
     assert res.ok and res.data["sandbox"]["network_isolated"] is False
 
 
 def test_signals_to_the_parent_do_not_reach_it(report):
     """os.kill(os.getppid(), ...) hits the sandbox's own launcher, which ignores it."""
-    code = ("import os, signal\nfor sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):\n"
-            "    try:\n        os.kill(os.getppid(), sig)\n    except OSError as exc:\n        print('refused', exc)\n"
-            "import time\ntime.sleep(0.2)\nprint('still running')")
+    code = (
+        "import os, signal\nfor sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):\n"
+        "    try:\n        os.kill(os.getppid(), sig)\n    except OSError as exc:\n        print('refused', exc)\n"
+        "import time\ntime.sleep(0.2)\nprint('still running')"
+    )
     for isolate in (True, False):
         res = py(code, isolate=isolate)
         assert res.ok and res.text.endswith("still running\n"), (isolate, res.text)
@@ -225,8 +237,10 @@ def test_the_test_process_cannot_be_signalled_by_pid(report):
     got: list[int] = []
     old = signal.signal(signal.SIGUSR1, lambda *a: got.append(1))
     try:
-        res = py(f"import os, signal\ntry:\n    os.kill({me}, signal.SIGUSR1)\n    print('sent')\n"
-                 "except OSError as exc:\n    print('refused', type(exc).__name__)")
+        res = py(
+            f"import os, signal\ntry:\n    os.kill({me}, signal.SIGUSR1)\n    print('sent')\n"
+            "except OSError as exc:\n    print('refused', type(exc).__name__)"
+        )
         time.sleep(0.1)
     finally:
         signal.signal(signal.SIGUSR1, old)
@@ -236,9 +250,11 @@ def test_the_test_process_cannot_be_signalled_by_pid(report):
 
 def test_no_capabilities_and_no_new_privileges(report):
     need(report, "capabilities_dropped")
-    res = py("for line in open('/proc/self/status'):\n"
-             "    if line.split(':')[0] in ('CapEff', 'CapPrm', 'CapBnd', 'CapAmb', 'NoNewPrivs'):\n"
-             "        print(line.strip())")
+    res = py(
+        "for line in open('/proc/self/status'):\n"
+        "    if line.split(':')[0] in ('CapEff', 'CapPrm', 'CapBnd', 'CapAmb', 'NoNewPrivs'):\n"
+        "        print(line.strip())"
+    )
     fields = dict(line.split(":\t") for line in res.text.splitlines())
     assert {fields[k] for k in ("CapEff", "CapPrm", "CapBnd", "CapAmb")} == {"0000000000000000"}
     assert fields["NoNewPrivs"] == "1"

@@ -13,7 +13,7 @@ from graphrl.runtime.services import ToolResult
 from graphrl.tools.registry import ToolBox
 from graphrl.tools.retrieval import format_docs, retrieve
 
-USER_TOOLS = '''
+USER_TOOLS = """
 import asyncio, threading, time
 
 def echo(text, n=1):
@@ -45,7 +45,7 @@ async def aslow():
 def blocking(seconds):
     time.sleep(seconds)
     return threading.current_thread().name
-'''
+"""
 
 
 @pytest.fixture
@@ -84,14 +84,17 @@ def test_output_is_cut_in_the_middle_to_max_chars(box):
     assert call(box, "user_tools_box:echo", {"text": "short"}, max_chars=20).text == "short"
 
 
-@pytest.mark.parametrize("tool,args,needle", [
-    ("user_tools_box:crash", {}, "KeyError"),
-    ("user_tools_box:echo", {"wrong": 1}, "TypeError"),  # bad arguments
-    ("broken_tools_box:anything", {}, "cannot import module 'broken_tools_box'"),  # import failure
-    ("no_such_module_box:fn", {}, "cannot import module 'no_such_module_box'"),
-    ("user_tools_box:nope", {}, "has no attribute 'nope'"),
-    ("retrieve", {"query": "q"}, "KeyError"),  # a built-in without its url
-])
+@pytest.mark.parametrize(
+    "tool,args,needle",
+    [
+        ("user_tools_box:crash", {}, "KeyError"),
+        ("user_tools_box:echo", {"wrong": 1}, "TypeError"),  # bad arguments
+        ("broken_tools_box:anything", {}, "cannot import module 'broken_tools_box'"),  # import failure
+        ("no_such_module_box:fn", {}, "cannot import module 'no_such_module_box'"),
+        ("user_tools_box:nope", {}, "has no attribute 'nope'"),
+        ("retrieve", {"query": "q"}, "KeyError"),  # a built-in without its url
+    ],
+)
 def test_failures_become_observations(box, tool, args, needle):
     res = call(box, tool, args)
     assert not res.ok and needle in res.text and res.error
@@ -107,8 +110,9 @@ def test_async_tool_timeout_is_an_observation(box):
 def test_sync_tools_run_concurrently_off_the_loop(box):
     async def main():
         t0 = time.monotonic()
-        got = await asyncio.gather(*(box.call("user_tools_box:blocking", {"seconds": 0.4}, timeout=5, max_chars=None)
-                                     for _ in range(4)))
+        got = await asyncio.gather(
+            *(box.call("user_tools_box:blocking", {"seconds": 0.4}, timeout=5, max_chars=None) for _ in range(4))
+        )
         return got, time.monotonic() - t0
 
     got, elapsed = asyncio.run(main())
@@ -136,8 +140,11 @@ class RetrievalServiceForTests:
         self.bodies.append(body)
         if self.status != 200:
             return web.json_response({"error": "down"}, status=self.status)
-        docs = [{"title": "Dune (novel)", "contents": "A 1965 novel by Frank Herbert."},
-                {"title": "Herbert", "text": "  Frank Herbert wrote Dune.  "}, "a bare string"][: body["topk"]]
+        docs = [
+            {"title": "Dune (novel)", "contents": "A 1965 novel by Frank Herbert."},
+            {"title": "Herbert", "text": "  Frank Herbert wrote Dune.  "},
+            "a bare string",
+        ][: body["topk"]]
         return web.json_response({"result": [docs]})
 
     def app(self):
@@ -159,8 +166,9 @@ def test_retrieve_posts_the_query_and_numbers_the_docs():
     res = _retrieve(service, "who wrote dune", 3)
     assert res.ok
     # a title is prefixed unless the body already holds it
-    assert res.text == ("Doc 1: Dune (novel)\nA 1965 novel by Frank Herbert.\nDoc 2: Frank Herbert wrote Dune.\n"
-                        "Doc 3: a bare string")
+    assert res.text == (
+        "Doc 1: Dune (novel)\nA 1965 novel by Frank Herbert.\nDoc 2: Frank Herbert wrote Dune.\nDoc 3: a bare string"
+    )
     assert service.bodies == [{"queries": ["who wrote dune"], "topk": 3}]
     assert _retrieve(service, "q", 1, suffix="/retrieve/").text == "Doc 1: Dune (novel)\nA 1965 novel by Frank Herbert."
 

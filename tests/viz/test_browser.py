@@ -16,14 +16,21 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
-from graphrl.viz.build import trajectory_output
 from synth import write_synthetic
 from vizkit import multiturn_graph, real_records, real_run, repo  # noqa: F401 (pytest fixtures)
 
+from graphrl.viz.build import trajectory_output
+
 CHROMIUM = Path(os.environ.get("GRAPHRL_CHROMIUM", "/usr/bin/chromium"))
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "viz"
 
 
@@ -37,8 +44,12 @@ def browser_context(tmp_path_factory):
         pytest.skip("the playwright package is missing: pip install -e '.[dev]'")
     with sync_playwright() as p:
         ctx = p.chromium.launch_persistent_context(
-            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=str(CHROMIUM), headless=True,
-            args=[f for f in FLAGS if f != "--headless"], viewport={"width": 1400, "height": 1000})
+            str(tmp_path_factory.mktemp("chromium-profile")),
+            executable_path=str(CHROMIUM),
+            headless=True,
+            args=[f for f in FLAGS if f != "--headless"],
+            viewport={"width": 1400, "height": 1000},
+        )
         yield ctx
         ctx.close()
 
@@ -50,11 +61,14 @@ class Page:
         self.errors: list[str] = []
         self.requests: list[str] = []
         self.page = ctx.new_page()
-        self.page.on("console", lambda m: self.errors.append(f"console.{m.type}: {m.text}")
-                     if m.type in ("error", "warning") else None)
+        self.page.on(
+            "console",
+            lambda m: self.errors.append(f"console.{m.type}: {m.text}") if m.type in ("error", "warning") else None,
+        )
         self.page.on("pageerror", lambda e: self.errors.append(f"pageerror: {e}"))
-        self.page.on("request", lambda r: None if r.url.startswith(("file:", "data:", "about:"))
-                     else self.requests.append(r.url))
+        self.page.on(
+            "request", lambda r: None if r.url.startswith(("file:", "data:", "about:")) else self.requests.append(r.url)
+        )
         t0 = time.monotonic()
         self.page.goto(url)
         self.page.wait_for_selector("body[data-ready='1']", timeout=30_000)
@@ -82,8 +96,10 @@ def test_viewer_shows_the_trajectory(browser_context, real_run, real_records, mu
             assert pg.count("#strip .span") == len(rec["spans"])
             assert pg.count("#strip .span[data-mask='1'] .tk") == sum(rec["loss_mask"])
             assert pg.count("#strip .span[data-mask='0'] .tk") == rec["response_length"] - sum(rec["loss_mask"])
-            nodes = [page.eval_on_selector(f"#strip .span >> nth={i}", "e => e.dataset.node")
-                     for i in range(len(rec["spans"]))]
+            nodes = [
+                page.eval_on_selector(f"#strip .span >> nth={i}", "e => e.dataset.node")
+                for i in range(len(rec["spans"]))
+            ]
             assert nodes == [sp["node"] for sp in rec["spans"]]
             visits = Counter(p[0] for p in rec["rollout"]["path"])
             for node, n in visits.items():
@@ -110,8 +126,11 @@ def test_graph_page_renders(browser_context, tmp_path, repo):
     from graphrl.viz.build import graph_output
 
     html = tmp_path / "agentflow.html"
-    html.write_text(graph_output(repo / "graphs" / "agentflow.yaml", "html").replace(
-        "</body>", '<script>document.body.setAttribute("data-ready","1")</script></body>'))
+    html.write_text(
+        graph_output(repo / "graphs" / "agentflow.yaml", "html").replace(
+            "</body>", '<script>document.body.setAttribute("data-ready","1")</script></body>'
+        )
+    )
     pg = Page(browser_context, html.as_uri())
     box = pg.page.eval_on_selector("svg", "s => { const b = s.getBBox(); return [b.width, b.height]; }")
     assert box[0] > 300 and box[1] > 500
@@ -139,8 +158,10 @@ def test_large_run_stays_responsive(browser_context, tmp_path, multiturn_graph):
     total_trained = sum(sum(r["loss_mask"]) for r in recs)
     cell = pg.page.text_content("#node-table tr[data-node='turn'] td:nth-child(6)")
     assert int(cell.replace(",", "")) == total_trained
-    print(f"large run: load {pg.load_s:.2f} s, sample switch {max(timings):.2f} s, "
-          f"{html.stat().st_size:,} bytes; {json.dumps({'timings': timings})}")
+    print(
+        f"large run: load {pg.load_s:.2f} s, sample switch {max(timings):.2f} s, "
+        f"{html.stat().st_size:,} bytes; {json.dumps({'timings': timings})}"
+    )
     assert max(timings) < 10
     pg.page.screenshot(path=str(ARTIFACTS / "large.png"))
     pg.clean()

@@ -53,7 +53,8 @@ def test_golden(graph: Path, ext: str):
     assert golden.exists(), f"no golden file {golden.name}: run with GRAPHRL_UPDATE_GOLDEN=1"
     assert text == golden.read_text(encoding="utf-8"), (
         f"{graph.name} draws differently from {golden.relative_to(REPO)}; if intended, regenerate with "
-        "GRAPHRL_UPDATE_GOLDEN=1 and review the new file")
+        "GRAPHRL_UPDATE_GOLDEN=1 and review the new file"
+    )
 
 
 @pytest.mark.parametrize("graph", GRAPHS, ids=lambda p: p.stem)

@@ -7,9 +7,10 @@ import re
 import time
 from pathlib import Path
 
-from graphrl.viz.build import trajectory_output
 from synth import write_synthetic
 from vizkit import multiturn_graph, real_records, real_run, repo  # noqa: F401 (pytest fixtures)
+
+from graphrl.viz.build import trajectory_output
 
 LARGE_BOUND = 6_000_000  # bytes for 64 samples x 8,192 response tokens (measured ~3.7 MB)
 LARGE_SECONDS = 15.0  # measured ~1.2 s with --tokenizer none, ~2.5 s with the Qwen tokenizer, on 2 cores

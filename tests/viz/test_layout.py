@@ -34,7 +34,7 @@ def test_random_graphs_lay_out_without_overlap(seed):
     for i, a in enumerate(boxes):
         assert a.x - a.w / 2 >= 0 and a.y - a.h / 2 >= 0
         assert a.x + a.w / 2 <= lay.width and a.y + a.h / 2 <= lay.height
-        for b in boxes[i + 1:]:
+        for b in boxes[i + 1 :]:
             assert not _overlap(a, b), (a, b)
     assert len(lay.routes) == len(edges)
     for (src, dst), r, (lw, _lh) in zip(edges, lay.routes, labels):

@@ -8,14 +8,14 @@ import json
 from array import array
 
 import pytest
+from synth import write_synthetic
+from vizkit import real_records, real_run  # noqa: F401 (pytest fixtures)
 
 from graphrl.viz.payload import build_payload, display_spans
 from graphrl.viz.textview import text_view
 from graphrl.viz.tokens import TokenText, Vocab, join_texts, load_vocab
 from graphrl.viz.trace import chrome_trace
 from graphrl.viz.trajectory import TrajectoryError, load_jsonl, load_pt, load_trajectory
-from synth import write_synthetic
-from vizkit import real_records, real_run  # noqa: F401 (pytest fixtures)
 
 
 def test_real_run_is_read_back_exactly(real_run, real_records):
@@ -48,15 +48,23 @@ def test_display_spans_fill_gaps_and_cut_at_mask_changes(tmp_path):
     assert sum(b - a for *_, a, b, m, _ in spans if m) == sum(s.loss_mask)
 
 
-@pytest.mark.parametrize("content, located", [
-    ('{"group": 0, "rollout_id": 0}\n{"group": 0, "rollout_id": \n{"x": 1}\n', "t.jsonl:2:"),
-    ('[1, 2]\n', "t.jsonl:1:1: a trajectory line must be a JSON object"),
-    ('{"prompt": "a data row"}\n', "t.jsonl:1:1: not a graphrl trajectory line"),
-    ('{"group": 0, "rollout_id": 0, "tokens": [1, 2, 3], "response_length": 2, "loss_mask": [1]}\n',
-     "t.jsonl:1: loss_mask has 1 entries, response_length is 2"),
-    ('{"group": 0, "rollout_id": 0, "tokens": [1, 2, 3], "response_length": 2, "loss_mask": [1, 1], '
-     '"rollout_log_probs": [0, 0], "spans": [{"node": "a", "start": 0, "end": 5}]}\n', "outside the response"),
-])
+@pytest.mark.parametrize(
+    "content, located",
+    [
+        ('{"group": 0, "rollout_id": 0}\n{"group": 0, "rollout_id": \n{"x": 1}\n', "t.jsonl:2:"),
+        ("[1, 2]\n", "t.jsonl:1:1: a trajectory line must be a JSON object"),
+        ('{"prompt": "a data row"}\n', "t.jsonl:1:1: not a graphrl trajectory line"),
+        (
+            '{"group": 0, "rollout_id": 0, "tokens": [1, 2, 3], "response_length": 2, "loss_mask": [1]}\n',
+            "t.jsonl:1: loss_mask has 1 entries, response_length is 2",
+        ),
+        (
+            '{"group": 0, "rollout_id": 0, "tokens": [1, 2, 3], "response_length": 2, "loss_mask": [1, 1], '
+            '"rollout_log_probs": [0, 0], "spans": [{"node": "a", "start": 0, "end": 5}]}\n',
+            "outside the response",
+        ),
+    ],
+)
 def test_malformed_lines_are_located(tmp_path, content, located):
     p = tmp_path / "t.jsonl"
     p.write_text(content)
@@ -78,12 +86,25 @@ def test_slime_debug_dump(tmp_path, real_records):
 
     samples = []
     for rec in real_records:
-        meta = {"graphrl": {"spans": rec["spans"], "calls": rec["calls"], "path": rec["rollout"]["path"],
-                            "rollout_id": rec["rollout_id"]}}
-        as_dict = {"group_index": rec["group"], "index": rec["rollout_id"], "tokens": rec["tokens"],
-                   "response_length": rec["response_length"], "loss_mask": rec["loss_mask"],
-                   "rollout_log_probs": rec["rollout_log_probs"], "reward": rec["reward"], "status": rec["status"],
-                   "metadata": meta}
+        meta = {
+            "graphrl": {
+                "spans": rec["spans"],
+                "calls": rec["calls"],
+                "path": rec["rollout"]["path"],
+                "rollout_id": rec["rollout_id"],
+            }
+        }
+        as_dict = {
+            "group_index": rec["group"],
+            "index": rec["rollout_id"],
+            "tokens": rec["tokens"],
+            "response_length": rec["response_length"],
+            "loss_mask": rec["loss_mask"],
+            "rollout_log_probs": rec["rollout_log_probs"],
+            "reward": rec["reward"],
+            "status": rec["status"],
+            "metadata": meta,
+        }
         samples.append(as_dict if rec["group"] == 0 else SimpleNamespace(**as_dict))  # to_dict() or objects
     samples[0]["tokens"] = torch.tensor(samples[0]["tokens"])  # tensors are accepted too
     torch.save({"rollout_id": 3, "samples": samples}, tmp_path / "rollout_3.pt")
@@ -127,8 +148,12 @@ def test_payload_counts_and_cap(tmp_path):
 
 
 def test_token_texts_join_partial_utf8():
-    table = {1: TokenText("a"), 2: TokenText(None, "é".encode()[:1]), 3: TokenText(None, "é".encode()[1:]),
-             4: TokenText(None, b"\xff")}
+    table = {
+        1: TokenText("a"),
+        2: TokenText(None, "é".encode()[:1]),
+        3: TokenText(None, "é".encode()[1:]),
+        4: TokenText(None, b"\xff"),
+    }
     assert join_texts([1, 2, 3, 1], table) == ["a", "", "é", "a"]
     assert join_texts([2, 1], table)[0] == "\ufffd"
     assert join_texts([4, 1], table)[0] == "\ufffd"

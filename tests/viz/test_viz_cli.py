@@ -8,9 +8,9 @@ import shutil
 
 import pytest
 from click.testing import CliRunner
+from vizkit import multiturn_graph, real_run, repo  # noqa: F401 (pytest fixtures)
 
 from graphrl.cli import main
-from vizkit import multiturn_graph, real_run, repo  # noqa: F401 (pytest fixtures)
 
 
 @pytest.fixture
@@ -30,8 +30,16 @@ def test_help_has_an_example(run):
     assert res.exit_code == 0 and "Example:" in res.output and "graphrl visualize graphs/agentflow.yaml" in res.output
 
 
-@pytest.mark.parametrize("ext, marker", [("svg", "<svg"), ("dot", "digraph"), ("mmd", "flowchart TD"),
-                                         ("html", "<!DOCTYPE html>"), ("txt", "start -> plan")])
+@pytest.mark.parametrize(
+    "ext, marker",
+    [
+        ("svg", "<svg"),
+        ("dot", "digraph"),
+        ("mmd", "flowchart TD"),
+        ("html", "<!DOCTYPE html>"),
+        ("txt", "start -> plan"),
+    ],
+)
 def test_graph_formats(run, tmp_path, ext, marker):
     out = tmp_path / f"g.{ext}"
     res = run("graphs/agentflow.yaml", "-o", out)
@@ -40,9 +48,9 @@ def test_graph_formats(run, tmp_path, ext, marker):
 
 
 def test_graph_from_a_compiled_plan_is_the_same_picture(run, tmp_path, repo):
+    from graphrl.compilers.checks import check_file
     from graphrl.compilers.lower import lower
     from graphrl.plan import plan_json
-    from graphrl.compilers.checks import check_file
 
     g, _ = check_file("graphs/memagent.yaml")
     (tmp_path / "plan.json").write_text(plan_json(lower(g)))

@@ -19,10 +19,10 @@ REPO = Path(__file__).resolve().parents[2]
 FIXTURE_GRAPHS = REPO / "tests" / "fixtures" / "graphs"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _run_once(base: str) -> Path:
-    from graphrl.compilers.lower import plan_from_path
     from graphrl.app.run import run_plan
+    from graphrl.compilers.lower import plan_from_path
 
     if str(FIXTURE_GRAPHS) not in sys.path:
         sys.path.append(str(FIXTURE_GRAPHS))  # the graph's user tool echo_tool:observe
@@ -31,8 +31,17 @@ def _run_once(base: str) -> Path:
     out.unlink(missing_ok=True)
     plan, diags = plan_from_path(FIXTURE_GRAPHS / "multiturn.yaml")
     assert plan is not None, diags
-    run_plan(plan, REPO / "data" / "math.jsonl", out, model="tiny", n_samples=2, concurrency=4, limit=2, seed=0,
-             progress=False)
+    run_plan(
+        plan,
+        REPO / "data" / "math.jsonl",
+        out,
+        model="tiny",
+        n_samples=2,
+        concurrency=4,
+        limit=2,
+        seed=0,
+        progress=False,
+    )
     return out
 
 

@@ -7,8 +7,8 @@ Invariant: a check never raises for bad input; a bug in a check is reported as s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from ...spec.diagnostics import Diagnostic, sort_diagnostics
 from ...spec.load import Graph, load_graph
@@ -54,4 +54,3 @@ def check_file(path: str | Path, targets: Sequence[Target] = TARGETS) -> tuple[G
     if g is None:
         return None, sort_diagnostics(diags)
     return g, sort_diagnostics(diags + run_checks(g, targets))
-

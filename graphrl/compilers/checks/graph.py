@@ -5,7 +5,7 @@ Input: `Graph` + its `Flow`. Output: diagnostics (E101-E106). Pure; uses network
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import networkx as nx
 
@@ -21,8 +21,12 @@ def unknown_targets(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
     known = set(g.nodes) | set(TERMINALS)
     for r in flow.refs:
         if r.label == "start" and r.target in TERMINALS:  # start must be a node: `start: end` runs nothing
-            yield Diagnostic("E101", f"start node '{r.target}' is not a node", g.span(*r.path),
-                             f"start names the first node to run: one of {', '.join(g.nodes)}")
+            yield Diagnostic(
+                "E101",
+                f"start node '{r.target}' is not a node",
+                g.span(*r.path),
+                f"start names the first node to run: one of {', '.join(g.nodes)}",
+            )
         elif r.target not in known:
             hint = did_you_mean(r.target, known) or f"known nodes: {', '.join(g.nodes)}; or end / abort"
             what = "start node" if r.label == "start" else "edge target"
@@ -35,8 +39,12 @@ def unreachable(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
     seen = nx.descendants(flow.graph, flow.start) | {flow.start}
     for nid in g.nodes:
         if nid not in seen:
-            yield Diagnostic("E102", f"node '{nid}' is unreachable from the start node '{flow.start}'",
-                             g.span("nodes", nid, key=True), "add an edge to it, or remove it")
+            yield Diagnostic(
+                "E102",
+                f"node '{nid}' is unreachable from the start node '{flow.start}'",
+                g.span("nodes", nid, key=True),
+                "add an edge to it, or remove it",
+            )
 
 
 def no_path_to_end(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
@@ -49,9 +57,12 @@ def no_path_to_end(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
         finishing |= {nid} | nx.ancestors(flow.graph, nid)
     for nid in g.nodes:
         if nid not in finishing:
-            yield Diagnostic("E103", f"from node '{nid}' no path leads to the end",
-                             g.span("nodes", nid, key=True),
-                             "give one of the nodes on its loop a branch to a node that finishes (or to end)")
+            yield Diagnostic(
+                "E103",
+                f"from node '{nid}' no path leads to the end",
+                g.span("nodes", nid, key=True),
+                "give one of the nodes on its loop a branch to a node that finishes (or to end)",
+            )
 
 
 def unbounded_loops(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
@@ -65,28 +76,41 @@ def unbounded_loops(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
             continue
         cycle = [u for u, _ in nx.find_cycle(sub.subgraph(comp), source=first)]
         path = " -> ".join(cycle + [cycle[0]])
-        yield Diagnostic("E104", f"loop {path} has no bound", g.span("nodes", first, key=True),
-                         f"add max_visits (and on_limit) to a node of the loop, e.g. '{first}', "
-                         "or set limits.max_steps")
+        yield Diagnostic(
+            "E104",
+            f"loop {path} has no bound",
+            g.span("nodes", first, key=True),
+            f"add max_visits (and on_limit) to a node of the loop, e.g. '{first}', or set limits.max_steps",
+        )
 
 
 def missing_defaults(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
     for nid, n in g.nodes.items():
         if isinstance(n, SwitchNode):
             if n.default is None:
-                yield Diagnostic("E105", f"switch '{nid}' has no default", g.span("nodes", nid, "switch"),
-                                 "add 'default: <node>' for values no case matches")
+                yield Diagnostic(
+                    "E105",
+                    f"switch '{nid}' has no default",
+                    g.span("nodes", nid, "switch"),
+                    "add 'default: <node>' for values no case matches",
+                )
             continue
         branches = n.next or []
         defaults = [i for i, b in enumerate(branches) if b.when is None]
         if branches and not defaults:
-            yield Diagnostic("E105", f"the branches of '{nid}' have no default",
-                             g.span("nodes", nid, "next", len(branches) - 1),
-                             "end the list with a branch without 'when:' (e.g. '- goto: end')")
+            yield Diagnostic(
+                "E105",
+                f"the branches of '{nid}' have no default",
+                g.span("nodes", nid, "next", len(branches) - 1),
+                "end the list with a branch without 'when:' (e.g. '- goto: end')",
+            )
         elif defaults and defaults[0] != len(branches) - 1:
-            yield Diagnostic("E105", f"the branches after the default of '{nid}' are never taken",
-                             g.span("nodes", nid, "next", defaults[0] + 1),
-                             "put the branch without 'when:' last")
+            yield Diagnostic(
+                "E105",
+                f"the branches after the default of '{nid}' are never taken",
+                g.span("nodes", nid, "next", defaults[0] + 1),
+                "put the branch without 'when:' last",
+            )
 
 
 def names(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
@@ -95,11 +119,19 @@ def names(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
         for name in getattr(g.spec, section) if section != "nodes" else g.nodes:
             path = (section, name)
             if name in RESERVED:
-                yield Diagnostic("E106", f"'{name}' is a reserved name", g.span(*path, key=True),
-                                 f"rename it; reserved: {', '.join(sorted(RESERVED))}")
+                yield Diagnostic(
+                    "E106",
+                    f"'{name}' is a reserved name",
+                    g.span(*path, key=True),
+                    f"rename it; reserved: {', '.join(sorted(RESERVED))}",
+                )
             elif name in owners:
-                yield Diagnostic("E106", f"'{name}' is both {owners[name]} and {_WHAT[section]}",
-                                 g.span(*path, key=True), "templates see inputs, state and nodes in one namespace: rename one")
+                yield Diagnostic(
+                    "E106",
+                    f"'{name}' is both {owners[name]} and {_WHAT[section]}",
+                    g.span(*path, key=True),
+                    "templates see inputs, state and nodes in one namespace: rename one",
+                )
             else:
                 owners[name] = _WHAT[section]
 
@@ -113,9 +145,13 @@ def parallel_threads(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
         fe = n.foreach
         thread = getattr(n, "thread", None)
         if fe is not None and fe.parallel > 1 and thread:
-            yield Diagnostic("E003", f"node '{nid}' continues thread '{thread}' and cannot run its items in "
-                             "parallel: a thread's calls follow one another", g.span("nodes", nid, "foreach", "parallel"),
-                             "remove parallel (or use a fresh prompt: instead of thread:)")
+            yield Diagnostic(
+                "E003",
+                f"node '{nid}' continues thread '{thread}' and cannot run its items in "
+                "parallel: a thread's calls follow one another",
+                g.span("nodes", nid, "foreach", "parallel"),
+                "remove parallel (or use a fresh prompt: instead of thread:)",
+            )
 
 
 def foreach_over_text(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
@@ -127,10 +163,17 @@ def foreach_over_text(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
             continue
         over = fe.over.strip()
         head, _, attr = over.partition(".")
-        text = (attr == "text" and head in g.nodes) or (not attr and (
-            (head in g.spec.state and isinstance(g.spec.state[head].default, str))
-            or isinstance(g.spec.constants.get(head), str)))
+        text = (attr == "text" and head in g.nodes) or (
+            not attr
+            and (
+                (head in g.spec.state and isinstance(g.spec.state[head].default, str))
+                or isinstance(g.spec.constants.get(head), str)
+            )
+        )
         if text:
-            yield Diagnostic("E107", f"foreach over '{over}', a text, would run once per character",
-                             g.span("nodes", nid, "foreach", "over"),
-                             "add chunk_tokens: N to split it into N-token chunks, or iterate a list")
+            yield Diagnostic(
+                "E107",
+                f"foreach over '{over}', a text, would run once per character",
+                g.span("nodes", nid, "foreach", "over"),
+                "add chunk_tokens: N to split it into N-token chunks, or iterate a list",
+            )

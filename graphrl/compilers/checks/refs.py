@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import inspect
 import re
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from ...spec.builtins import BUILTIN_GROUP_REWARDS, BUILTIN_REWARDS, BUILTIN_TOOLS, Signature
 from ...spec.diagnostics import Diagnostic, did_you_mean
@@ -32,16 +33,28 @@ def check_models(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
     models = _models(g)
     for nid, n in g.nodes.items():
         if isinstance(n, LLMNode) and not n.dynamic_model and n.llm not in models:
-            yield Diagnostic("E301", f"model '{n.llm}' is not declared", g.span("nodes", nid, "llm"),
-                             did_you_mean(n.llm, models) or "declare it under models: with a url: or serve:")
+            yield Diagnostic(
+                "E301",
+                f"model '{n.llm}' is not declared",
+                g.span("nodes", nid, "llm"),
+                did_you_mean(n.llm, models) or "declare it under models: with a url: or serve:",
+            )
     r = g.spec.reward
     if r and r.judge and r.judge not in models:
-        yield Diagnostic("E301", f"judge model '{r.judge}' is not declared", g.span("reward", "judge"),
-                         did_you_mean(r.judge, models) or "declare it under models:")
+        yield Diagnostic(
+            "E301",
+            f"judge model '{r.judge}' is not declared",
+            g.span("reward", "judge"),
+            did_you_mean(r.judge, models) or "declare it under models:",
+        )
     for name, m in g.spec.models.items():
         if name != POLICY and m.url is None and m.serve is None:
-            yield Diagnostic("E003", f"frozen model '{name}' needs url: or serve:", g.span("models", name, key=True),
-                             "url: http://HOST:PORT of an SGLang server, or serve: {model_path: ...} for slime")
+            yield Diagnostic(
+                "E003",
+                f"frozen model '{name}' needs url: or serve:",
+                g.span("models", name, key=True),
+                "url: http://HOST:PORT of an SGLang server, or serve: {model_path: ...} for slime",
+            )
 
 
 def check_threads(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
@@ -54,14 +67,23 @@ def check_threads(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
             refs.append((n.append_to.thread, ("nodes", nid, "append_to")))
         for t, path in refs:
             if t not in threads:
-                yield Diagnostic("E306", f"thread '{t}' is not declared", g.span(*path),
-                                 did_you_mean(t, threads) or "declare it under threads: with its opening prompt")
+                yield Diagnostic(
+                    "E306",
+                    f"thread '{t}' is not declared",
+                    g.span(*path),
+                    did_you_mean(t, threads) or "declare it under threads: with its opening prompt",
+                )
         if isinstance(n, LLMNode) and n.sample_mode == "thread" and not n.thread:
-            yield Diagnostic("E003", f"node '{nid}' has sample: thread but no thread:", g.span("nodes", nid, "sample"),
-                             "add thread: NAME, or use sample: call")
+            yield Diagnostic(
+                "E003",
+                f"node '{nid}' has sample: thread but no thread:",
+                g.span("nodes", nid, "sample"),
+                "add thread: NAME, or use sample: call",
+            )
         if isinstance(n, LLMNode) and not n.thread and not n.prompt:
-            yield Diagnostic("E006", f"llm node '{nid}' needs a prompt: (or a thread: to continue)",
-                             g.span("nodes", nid, key=True))
+            yield Diagnostic(
+                "E006", f"llm node '{nid}' needs a prompt: (or a thread: to continue)", g.span("nodes", nid, key=True)
+            )
 
 
 def check_state_writes(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
@@ -70,16 +92,23 @@ def check_state_writes(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
     for nid, n in g.nodes.items():
         for name in n.update:
             if name not in declared:
-                yield Diagnostic("E307", f"node '{nid}' writes '{name}', which is not a state variable",
-                                 g.span("nodes", nid, "update", name, key=True),
-                                 did_you_mean(str(name), declared) or f"declare it under state:, e.g. state: {{{name}: null}}")
+                yield Diagnostic(
+                    "E307",
+                    f"node '{nid}' writes '{name}', which is not a state variable",
+                    g.span("nodes", nid, "update", name, key=True),
+                    did_you_mean(str(name), declared) or f"declare it under state:, e.g. state: {{{name}: null}}",
+                )
 
 
 def _check_builtin(sig: Signature, args: dict[str, Any], what: str, path: tuple, g: Graph) -> Iterator[Diagnostic]:
     for k in args:
         if k not in sig.names:
-            yield Diagnostic("E304", f"{what} has no argument '{k}'", g.span(*path, k, key=True),
-                             did_you_mean(k, sig.names) or f"its arguments: {', '.join(sig.names)}")
+            yield Diagnostic(
+                "E304",
+                f"{what} has no argument '{k}'",
+                g.span(*path, k, key=True),
+                did_you_mean(k, sig.names) or f"its arguments: {', '.join(sig.names)}",
+            )
     for k in sig.required:
         if k not in args:
             yield Diagnostic("E304", f"{what} needs argument '{k}'", g.span(*path), f"add {k}: under args:")
@@ -94,7 +123,9 @@ def parameter_names(fn: Any) -> list[str]:
     return [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
 
 
-def _check_user(ref: str, positional: int, args: dict[str, Any], code: str, path: tuple, g: Graph) -> Iterator[Diagnostic]:
+def _check_user(
+    ref: str, positional: int, args: dict[str, Any], code: str, path: tuple, g: Graph
+) -> Iterator[Diagnostic]:
     fn = resolve_callable(ref, [g.base_dir])
     if isinstance(fn, ImportProblem):
         yield Diagnostic("E303", fn.message, g.span(*path), fn.hint)
@@ -115,9 +146,13 @@ def check_tools(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
             elif ":" in n.tool:
                 yield from _check_user(n.tool, 0, n.args, "E303", path, g)
             else:
-                yield Diagnostic("E302", f"unknown tool '{n.tool}'", g.span(*path),
-                                 did_you_mean(n.tool, BUILTIN_TOOLS)
-                                 or f"built-in tools: {', '.join(BUILTIN_TOOLS)}; or module:function")
+                yield Diagnostic(
+                    "E302",
+                    f"unknown tool '{n.tool}'",
+                    g.span(*path),
+                    did_you_mean(n.tool, BUILTIN_TOOLS)
+                    or f"built-in tools: {', '.join(BUILTIN_TOOLS)}; or module:function",
+                )
         if isinstance(n, LLMNode) and n.parse:
             yield from _check_parser(g, n.parse, ("nodes", nid, "parse"))
 
@@ -129,7 +164,9 @@ def _check_parser(g: Graph, p: Parse, path: tuple) -> Iterator[Diagnostic]:
         try:
             re.compile(pattern)
         except re.error as exc:
-            yield Diagnostic("E003", f"regex '{pattern_name}' does not compile: {exc}", g.span(*path, "regex", pattern_name))
+            yield Diagnostic(
+                "E003", f"regex '{pattern_name}' does not compile: {exc}", g.span(*path, "regex", pattern_name)
+            )
     if p.fallback:
         yield from _check_parser(g, p.fallback, path + ("fallback",))
 
@@ -151,18 +188,35 @@ def check_rewards(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
             judged = True  # a user reward may ask the judge
             yield from _check_user(fn, 0, args, "E303", fn_path, g)
         else:
-            yield Diagnostic("E305", f"unknown reward '{fn}'", g.span(*fn_path),
-                             did_you_mean(fn, BUILTIN_REWARDS) or f"built-in rewards: {', '.join(BUILTIN_REWARDS)}")
+            yield Diagnostic(
+                "E305",
+                f"unknown reward '{fn}'",
+                g.span(*fn_path),
+                did_you_mean(fn, BUILTIN_REWARDS) or f"built-in rewards: {', '.join(BUILTIN_REWARDS)}",
+            )
     if r.judge and not judged:
-        yield Diagnostic("E304", f"reward '{r.fn or ', '.join(r.terms or ())}' takes no judge", g.span("reward", "judge"),
-                         f"rewards with a judge: {', '.join(k for k, s in BUILTIN_REWARDS.items() if s.judge)}")
+        yield Diagnostic(
+            "E304",
+            f"reward '{r.fn or ', '.join(r.terms or ())}' takes no judge",
+            g.span("reward", "judge"),
+            f"rewards with a judge: {', '.join(k for k, s in BUILTIN_REWARDS.items() if s.judge)}",
+        )
     if r.group:
         if r.group.fn in BUILTIN_GROUP_REWARDS:
-            yield from _check_builtin(BUILTIN_GROUP_REWARDS[r.group.fn], r.group.args,
-                                      f"group reward '{r.group.fn}'", ("reward", "group", "args"), g)
+            yield from _check_builtin(
+                BUILTIN_GROUP_REWARDS[r.group.fn],
+                r.group.args,
+                f"group reward '{r.group.fn}'",
+                ("reward", "group", "args"),
+                g,
+            )
         elif ":" in r.group.fn:
             yield from _check_user(r.group.fn, 1, r.group.args, "E303", ("reward", "group", "fn"), g)
         else:
-            yield Diagnostic("E305", f"unknown group reward '{r.group.fn}'", g.span("reward", "group", "fn"),
-                             did_you_mean(r.group.fn, BUILTIN_GROUP_REWARDS)
-                             or f"built-in group rewards: {', '.join(BUILTIN_GROUP_REWARDS)}")
+            yield Diagnostic(
+                "E305",
+                f"unknown group reward '{r.group.fn}'",
+                g.span("reward", "group", "fn"),
+                did_you_mean(r.group.fn, BUILTIN_GROUP_REWARDS)
+                or f"built-in group rewards: {', '.join(BUILTIN_GROUP_REWARDS)}",
+            )

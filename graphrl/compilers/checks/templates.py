@@ -11,14 +11,14 @@ where the node has run (update, next, append_to); in `inputs.*.from` only the ro
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import networkx as nx
 from jinja2 import nodes
 from jinja2.exceptions import TemplateSyntaxError
 
 from ...spec.diagnostics import Diagnostic, did_you_mean
-from ...spec.jinja import attribute_refs, unsafe_refs, make_env, parse_expression, parse_template
+from ...spec.jinja import attribute_refs, make_env, parse_expression, parse_template, unsafe_refs
 from ...spec.load import Graph, Site
 from ...spec.model import LLMNode, ToolNode
 from ..flow import Flow
@@ -64,8 +64,10 @@ def _bound(g: Graph, flow: Flow, site: Site, env_globals: frozenset[str]) -> set
 
 
 def _on_cycle(flow: Flow, nid: str) -> bool:
-    return any(nid in comp and (len(comp) > 1 or flow.graph.has_edge(nid, nid))
-               for comp in nx.strongly_connected_components(flow.graph))
+    return any(
+        nid in comp and (len(comp) > 1 or flow.graph.has_edge(nid, nid))
+        for comp in nx.strongly_connected_components(flow.graph)
+    )
 
 
 def check_templates(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
@@ -78,15 +80,23 @@ def check_templates(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
         except TemplateSyntaxError as exc:
             code = "E201" if site.kind == "template" else "E203"
             what = "template" if site.kind == "template" else "expression"
-            yield Diagnostic(code, f"{what} syntax error: {exc.message}", site.source.span(exc.lineno or 1),
-                             "Jinja syntax: {{ expr }}, {% if %}...{% endif %}" if site.kind == "template"
-                             else "an expression is Jinja without braces, e.g. verifier.conclusion == 'STOP'")
+            yield Diagnostic(
+                code,
+                f"{what} syntax error: {exc.message}",
+                site.source.span(exc.lineno or 1),
+                "Jinja syntax: {{ expr }}, {% if %}...{% endif %}"
+                if site.kind == "template"
+                else "an expression is Jinja without braces, e.g. verifier.conclusion == 'STOP'",
+            )
             continue
         bound = _bound(g, flow, site, env_globals)
         for name in sorted(parsed.free - bound):
             if name in g.nodes:
-                msg = (f"'{name}' is a node that has not run yet here" if name != site.node
-                       else f"'{name}' refers to this node's own result, which exists only after it runs")
+                msg = (
+                    f"'{name}' is a node that has not run yet here"
+                    if name != site.node
+                    else f"'{name}' refers to this node's own result, which exists only after it runs"
+                )
                 hint = "use 'output' in update/next/append_to, or read it from a node upstream"
             elif name == "output":
                 msg, hint = "'output' exists only after the node runs", "use it in update, next or append_to"
@@ -96,9 +106,12 @@ def check_templates(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
             yield Diagnostic("E202", msg, site.source.span(_line_of(parsed.ast, name), name), hint)
         yield from _fields(g, site, parsed.ast)
         for what, line in unsafe_refs(parsed.ast):
-            yield Diagnostic("E205", f"'{what}' reaches past the template sandbox: graph templates cannot run Python",
-                             site.source.span(line, what.strip(".|[]'\"")),
-                             "templates read values only; to run code, call a module:function tool, parser or reward")
+            yield Diagnostic(
+                "E205",
+                f"'{what}' reaches past the template sandbox: graph templates cannot run Python",
+                site.source.span(line, what.strip(".|[]'\"")),
+                "templates read values only; to run code, call a module:function tool, parser or reward",
+            )
 
 
 def _line_of(ast, name: str) -> int:
@@ -116,5 +129,9 @@ def _fields(g: Graph, site: Site, ast) -> Iterator[Diagnostic]:
         fields = result_fields(g.nodes[target])
         if fields is None or attr in fields or attr.startswith("_"):
             continue
-        yield Diagnostic("E204", f"node '{target}' has no field '{attr}'", site.source.span(line, attr),
-                         did_you_mean(attr, fields) or f"its fields: {', '.join(sorted(fields))}")
+        yield Diagnostic(
+            "E204",
+            f"node '{target}' has no field '{attr}'",
+            site.source.span(line, attr),
+            did_you_mean(attr, fields) or f"its fields: {', '.join(sorted(fields))}",
+        )

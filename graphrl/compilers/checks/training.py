@@ -8,7 +8,7 @@ whether one rollout can yield several samples: "fan-out", docs/architecture.md, 
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from ...spec.diagnostics import Diagnostic
 from ...spec.load import Graph
@@ -22,19 +22,30 @@ CHARS_PER_TOKEN = 3  # a conservative estimate for template text (templates are 
 def trained_frozen(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
     for nid, n in g.nodes.items():
         if isinstance(n, LLMNode) and n.trained and not n.on_policy:
-            yield Diagnostic("E401", f"node '{nid}' is trained but runs on '{n.llm}', a frozen model",
-                             g.span("nodes", nid, "train") if n.train is not None else g.span("nodes", nid, "llm"),
-                             "only the policy is trained: use llm: policy, or train: false")
+            yield Diagnostic(
+                "E401",
+                f"node '{nid}' is trained but runs on '{n.llm}', a frozen model",
+                g.span("nodes", nid, "train") if n.train is not None else g.span("nodes", nid, "llm"),
+                "only the policy is trained: use llm: policy, or train: false",
+            )
 
 
 def no_trained(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
     if not any(isinstance(n, LLMNode) and n.trained and n.sample_mode != "none" for n in g.nodes.values()):
-        yield Diagnostic("W402", "no node is trained: rollouts of this graph give no training signal",
-                         g.span("nodes", key=True), "mark a policy node train: true (the default on policy)")
+        yield Diagnostic(
+            "W402",
+            "no node is trained: rollouts of this graph give no training signal",
+            g.span("nodes", key=True),
+            "mark a policy node train: true (the default on policy)",
+        )
     for nid, n in g.nodes.items():
         if isinstance(n, LLMNode) and n.on_policy and n.sample_mode != "none" and not n.trained:
-            yield Diagnostic("W405", f"policy node '{nid}' enters a training sample but none of its tokens are trained",
-                             g.span("nodes", nid, key=True), "set sample: none if it should stay out of training")
+            yield Diagnostic(
+                "W405",
+                f"policy node '{nid}' enters a training sample but none of its tokens are trained",
+                g.span("nodes", nid, key=True),
+                "set sample: none if it should stay out of training",
+            )
 
 
 def context_overflow(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
@@ -57,11 +68,17 @@ def context_overflow(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
             thread_total.setdefault(n.thread, opening)
             thread_total[n.thread] += per_call * (bound or 1)
         elif per_call > limit:
-            yield Diagnostic("W404", f"a call of '{nid}' can need ~{per_call} tokens, over the policy's "
-                             f"context_length {limit}", g.span("nodes", nid, key=True),
-                             "lower max_tokens or chunk_tokens, or raise context_length")
+            yield Diagnostic(
+                "W404",
+                f"a call of '{nid}' can need ~{per_call} tokens, over the policy's context_length {limit}",
+                g.span("nodes", nid, key=True),
+                "lower max_tokens or chunk_tokens, or raise context_length",
+            )
     for t, total in sorted(thread_total.items()):
         if total > limit:
-            yield Diagnostic("W404", f"thread '{t}' can grow to ~{total} tokens, over the policy's context_length "
-                             f"{limit}", g.span("threads", t, key=True),
-                             "lower max_visits or max_tokens of its nodes, or raise context_length")
+            yield Diagnostic(
+                "W404",
+                f"thread '{t}' can grow to ~{total} tokens, over the policy's context_length {limit}",
+                g.span("threads", t, key=True),
+                "lower max_visits or max_tokens of its nodes, or raise context_length",
+            )

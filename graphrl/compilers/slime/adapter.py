@@ -27,8 +27,9 @@ from __future__ import annotations
 import copy
 import json
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ...engines.sglang import SGLangEngine
 from ...plan import Plan, load_plan
@@ -45,8 +46,16 @@ from .config import SlimeConfig, SlimeConfigError, from_args
 from .rewards import post_process
 
 # sampling params slime sends that apply to every graph call (the graph owns stops and lengths)
-_SHARED_SAMPLING = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "skip_special_tokens",
-                    "no_stop_trim", "spaces_between_special_tokens")
+_SHARED_SAMPLING = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "skip_special_tokens",
+    "no_stop_trim",
+    "spaces_between_special_tokens",
+)
 
 EngineFactory = Callable[[str, str, SlimeConfig], Any]  # (model name, url, config) -> Engine
 
@@ -67,8 +76,13 @@ class _Wired:
 class SlimeTarget:
     """One per compiled module: the plan, and the per-process engines/tokenizers built from args."""
 
-    def __init__(self, plan_path: str | Path, *, engine_factory: EngineFactory | None = None,
-                 tokenizer_loader: Callable[[str], Any] | None = None):
+    def __init__(
+        self,
+        plan_path: str | Path,
+        *,
+        engine_factory: EngineFactory | None = None,
+        tokenizer_loader: Callable[[str], Any] | None = None,
+    ):
         self.plan_path = Path(plan_path)
         self._engine_factory = engine_factory or _sglang_engine
         self._tokenizer_loader = tokenizer_loader
@@ -100,8 +114,9 @@ class SlimeTarget:
         if ex is None:
             plan = self.plan()
             search = [Path(wired.cfg.source_dir or Path(plan.source.get("file", ".")).parent), self.plan_path.parent]
-            ex = wired.executors[key] = Executor(plan, wired.endpoints, tools=ToolBox(search),
-                                                 rewards=RewardBox(search), sampling=sampling)
+            ex = wired.executors[key] = Executor(
+                plan, wired.endpoints, tools=ToolBox(search), rewards=RewardBox(search), sampling=sampling
+            )
         return ex
 
     async def close(self) -> None:
@@ -112,8 +127,7 @@ class SlimeTarget:
             await self._wired.endpoints.close()
 
     # ------------------------------------------------------------------ generate
-    async def generate(self, args: Any, sample: Any, sampling_params: dict[str, Any],
-                       evaluation: bool = False) -> Any:
+    async def generate(self, args: Any, sample: Any, sampling_params: dict[str, Any], evaluation: bool = False) -> Any:
         wired = self._wire(args)
         plan = self.plan(args)
         sampling = {k: copy.deepcopy(sampling_params[k]) for k in _SHARED_SAMPLING if k in sampling_params}
@@ -123,16 +137,26 @@ class SlimeTarget:
         index = getattr(sample, "index", None)
         session = getattr(sample, "session_id", None) if not evaluation else None
         session = session or f"graphrl-{'eval' if evaluation else 'train'}-{index}-{uuid.uuid4().hex[:12]}"
-        row = {"prompt": sample.prompt, "label": getattr(sample, "label", None),
-               "metadata": dict(getattr(sample, "metadata", None) or {})}
+        row = {
+            "prompt": sample.prompt,
+            "label": getattr(sample, "label", None),
+            "metadata": dict(getattr(sample, "metadata", None) or {}),
+        }
         pristine = copy.deepcopy(sample) if plan.training.fanout and not evaluation else None
-        res = await executor.run(RolloutInput(row=row, rollout_id=index if index is not None else 0,
-                                              group=getattr(sample, "group_index", None) or 0,
-                                              seed=sampling_params.get("sampling_seed"), session_id=session))
+        res = await executor.run(
+            RolloutInput(
+                row=row,
+                rollout_id=index if index is not None else 0,
+                group=getattr(sample, "group_index", None) or 0,
+                seed=sampling_params.get("sampling_seed"),
+                session_id=session,
+            )
+        )
         return self._to_slime(args, sample, pristine, res, wired, evaluation)
 
-    def _to_slime(self, args: Any, sample: Any, pristine: Any, res: RolloutResult, wired: _Wired,
-                  evaluation: bool) -> Any:
+    def _to_slime(
+        self, args: Any, sample: Any, pristine: Any, res: RolloutResult, wired: _Wired, evaluation: bool
+    ) -> Any:
         """Write the settled outcome (graphrl.runtime.outcome) into slime's Sample fields."""
         plan = self.plan()
         has_reward = plan.reward is not None
@@ -141,36 +165,70 @@ class SlimeTarget:
         outcome = settle(plan, res, evaluation=evaluation, scored_elsewhere=slime_scores)
         raw = _as_float(self._reward_value(args, outcome.rollout_reward), args) if has_reward else None
         renderer = wired.endpoints.renderer(POLICY)
-        base = {"graph": plan.name, "rollout_id": res.rollout_id, "num_samples": len(res.samples),
-                "status": outcome.status, "error": res.error,
-                "credit": plan.reward.credit if plan.reward else None}
+        base = {
+            "graph": plan.name,
+            "rollout_id": res.rollout_id,
+            "num_samples": len(res.samples),
+            "status": outcome.status,
+            "error": res.error,
+            "credit": plan.reward.credit if plan.reward else None,
+        }
         if has_reward:  # the uncredited reward post_process_rewards normalises (None: failed, counts as 0)
             base["rollout_reward"] = outcome.rollout_reward
             base["reward_detail"] = _jsonable(res.reward)  # e.g. the whole dict a reward returned
-        rollout_info = {"path": [list(p) for p in res.path], "rollout_calls": [c.to_json() for c in res.calls],
-                        "usage": usage(list(res.calls)), "state": _jsonable(res.state)}
+        rollout_info = {
+            "path": [list(p) for p in res.path],
+            "rollout_calls": [c.to_json() for c in res.calls],
+            "usage": usage(list(res.calls)),
+            "state": _jsonable(res.state),
+        }
         if len(outcome.samples) > 1 and pristine is None:
-            raise AssertionError(f"graph '{plan.name}' was compiled as one sample per rollout but yielded "
-                                 f"{len(outcome.samples)}: recompile it with this graphrl")
+            raise AssertionError(
+                f"graph '{plan.name}' was compiled as one sample per rollout but yielded "
+                f"{len(outcome.samples)}: recompile it with this graphrl"
+            )
         out = []
         for i, so in enumerate(outcome.samples):
             s = so.sample
             target = sample if i == 0 else copy.deepcopy(pristine)
             fill.write_tokens(target, s, args)
-            info = dict(base, sample_index=s.index, spans=[sp.to_json() for sp in s.spans],
-                        calls=[c.to_json() for c in s.calls], **(rollout_info if i == 0 else {}))
-            out.append(fill.finish(target, status=so.status, reward=self._reward_value(args, so.reward),
-                                   remove=so.remove, rollout_id=getattr(sample, "index", None),
-                                   response=renderer.decode(s.response_ids), info=info, raw_reward=raw,
-                                   rounds=len(s.calls)))
+            info = dict(
+                base,
+                sample_index=s.index,
+                spans=[sp.to_json() for sp in s.spans],
+                calls=[c.to_json() for c in s.calls],
+                **(rollout_info if i == 0 else {}),
+            )
+            out.append(
+                fill.finish(
+                    target,
+                    status=so.status,
+                    reward=self._reward_value(args, so.reward),
+                    remove=so.remove,
+                    rollout_id=getattr(sample, "index", None),
+                    response=renderer.decode(s.response_ids),
+                    info=info,
+                    raw_reward=raw,
+                    rounds=len(s.calls),
+                )
+            )
         if outcome.placeholder is not None:
             pad = min(renderer.stop_token_ids) if renderer.stop_token_ids else 0
             fill.write_placeholder(sample, pad)
             info = dict(base, sample_index=0, spans=[], calls=[], placeholder=True, **rollout_info)
-            out.append(fill.finish(sample, status=outcome.placeholder.status,
-                                   reward=self._reward_value(args, outcome.placeholder.reward), remove=True,
-                                   rollout_id=getattr(sample, "index", None), response="", info=info,
-                                   raw_reward=raw, rounds=0))
+            out.append(
+                fill.finish(
+                    sample,
+                    status=outcome.placeholder.status,
+                    reward=self._reward_value(args, outcome.placeholder.reward),
+                    remove=True,
+                    rollout_id=getattr(sample, "index", None),
+                    response="",
+                    info=info,
+                    raw_reward=raw,
+                    rounds=0,
+                )
+            )
         fill.check_filled(out)
         if plan.training.fanout and not evaluation:
             return out
@@ -183,8 +241,10 @@ class SlimeTarget:
         key = getattr(args, "reward_key", None)
         if isinstance(credit, dict):
             if key is None:
-                raise SlimeConfigError(f"graph '{self.plan().name}' produced a dict reward {sorted(credit)} "
-                                       "without a key: set reward.key in the graph (and recompile)")
+                raise SlimeConfigError(
+                    f"graph '{self.plan().name}' produced a dict reward {sorted(credit)} "
+                    "without a key: set reward.key in the graph (and recompile)"
+                )
             return dict(credit)
         return {key: float(credit)} if key else float(credit)
 
@@ -201,8 +261,10 @@ class SlimeTarget:
             return sample.reward
         info = (getattr(sample, "metadata", None) or {}).get("graphrl")
         if info is None:
-            raise ValueError("this sample was not produced by a graphrl generate function: graphrl's reward_func "
-                             "only returns the reward its generate computed")
+            raise ValueError(
+                "this sample was not produced by a graphrl generate function: graphrl's reward_func "
+                "only returns the reward its generate computed"
+            )
         if info.get("status") not in ("completed", "truncated") or info.get("rollout_reward") is None:
             return self._zero(args)
         n = max(1, int(info.get("num_samples") or 1))

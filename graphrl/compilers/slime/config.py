@@ -21,8 +21,9 @@ Invariants:
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from ...plan import Plan
 from ...spec.model import POLICY
@@ -76,49 +77,68 @@ def flag_problems(args: Any, plan: Plan) -> list[str]:
     out: list[str] = []
     mod = module_name(plan)
     if plan.training.fanout:
-        why = (f"graph '{plan.name}' yields several training samples per rollout (fan-out), and slime's ")
+        why = f"graph '{plan.name}' yields several training samples per rollout (fan-out), and slime's "
         if _set(args, "partial_rollout"):
-            out.append(why + "--partial-rollout would re-enter generate with one sample of a list: "
-                       "remove --partial-rollout")
+            out.append(
+                why + "--partial-rollout would re-enter generate with one sample of a list: remove --partial-rollout"
+            )
         if _set(args, "group_rm"):
-            out.append(why + "--group-rm expects one sample per rollout: remove --group-rm "
-                       "(generate already fills the rewards)")
+            out.append(
+                why + "--group-rm expects one sample per rollout: remove --group-rm "
+                "(generate already fills the rewards)"
+            )
         if _set(args, "dynamic_sampling_filter_path"):
             out.append(why + "--dynamic-sampling-filter-path counts samples, not rollouts: remove it")
         if _set(args, "log_passrate"):
             out.append(why + "--log-passrate reshapes rewards by --n-samples-per-prompt and fails: remove it")
         if _flag(args, "custom_reward_post_process_path") is None:
-            out.append(why + "default GRPO normalisation merges uneven prompt groups into one: add "
-                       f"--custom-reward-post-process-path {mod}.post_process_rewards")
+            out.append(
+                why + "default GRPO normalisation merges uneven prompt groups into one: add "
+                f"--custom-reward-post-process-path {mod}.post_process_rewards"
+            )
         if _flag(args, "use_dynamic_batch_size") is False:
-            out.append(why + "static micro-batches need a fixed sample count per step: add "
-                       "--use-dynamic-batch-size (with --max-tokens-per-gpu)")
-    elif plan.reward is not None and plan.reward.group is not None \
-            and _flag(args, "custom_reward_post_process_path") is None:
-        out.append(f"graph '{plan.name}' has a group reward ({plan.reward.group.fn}): add "
-                   f"--custom-reward-post-process-path {mod}.post_process_rewards")
+            out.append(
+                why + "static micro-batches need a fixed sample count per step: add "
+                "--use-dynamic-batch-size (with --max-tokens-per-gpu)"
+            )
+    elif (
+        plan.reward is not None
+        and plan.reward.group is not None
+        and _flag(args, "custom_reward_post_process_path") is None
+    ):
+        out.append(
+            f"graph '{plan.name}' has a group reward ({plan.reward.group.fn}): add "
+            f"--custom-reward-post-process-path {mod}.post_process_rewards"
+        )
     if _set(args, "apply_chat_template"):
-        out.append("--apply-chat-template hands generate an already templated prompt string, but the graph "
-                   "renders its own prompts from the raw row: remove --apply-chat-template")
+        out.append(
+            "--apply-chat-template hands generate an already templated prompt string, but the graph "
+            "renders its own prompts from the raw row: remove --apply-chat-template"
+        )
     top_p = _flag(args, "rollout_top_p")
     if top_p is not _MISSING and top_p is not None and float(top_p) != 1.0:
-        out.append(f"--rollout-top-p {top_p} makes slime train with top-p replay data that graphrl's "
-                   "engine client does not forward: use --rollout-top-p 1 (set top_p per node in the graph "
-                   "only for untrained nodes)")
+        out.append(
+            f"--rollout-top-p {top_p} makes slime train with top-p replay data that graphrl's "
+            "engine client does not forward: use --rollout-top-p 1 (set top_p per node in the graph "
+            "only for untrained nodes)"
+        )
     if _set(args, "use_rollout_routing_replay"):
-        out.append("--use-rollout-routing-replay needs per-token routed experts that graphrl does not "
-                   "forward: remove it")
+        out.append(
+            "--use-rollout-routing-replay needs per-token routed experts that graphrl does not forward: remove it"
+        )
     key = _flag(args, "reward_key")
     graph_key = plan.reward.key if plan.reward is not None else None
     if key not in (_MISSING, None) and graph_key is not None and key != graph_key:
-        out.append(f"--reward-key {key} differs from the graph's reward.key '{graph_key}': "
-                   "generate credits the graph's key; drop --reward-key or make them equal")
+        out.append(
+            f"--reward-key {key} differs from the graph's reward.key '{graph_key}': "
+            "generate credits the graph's key; drop --reward-key or make them equal"
+        )
     return out
 
 
 def from_args(args: Any, plan: Plan) -> SlimeConfig:
     """The typed view of `args` for this plan; SlimeConfigError lists every problem found."""
-    get = lambda name, default=None: getattr(args, name, default)  # noqa: E731
+    get = lambda name, default=None: getattr(args, name, default)
     problems = flag_problems(args, plan)
     policy = plan.models.get(POLICY)
     ip, port = get("sglang_router_ip"), get("sglang_router_port")
@@ -128,8 +148,10 @@ def from_args(args: Any, plan: Plan) -> SlimeConfig:
     elif policy is not None and policy.url:
         urls[POLICY] = _url(policy.url)  # outside slime's rollout manager (no router): the graph's url
     else:
-        problems.append("slime args have no sglang_router_ip/sglang_router_port: the policy's router is "
-                        "unknown (is this running inside slime's rollout manager?)")
+        problems.append(
+            "slime args have no sglang_router_ip/sglang_router_port: the policy's router is "
+            "unknown (is this running inside slime's rollout manager?)"
+        )
     routers: Mapping[str, Any] = get("sglang_model_routers") or {}
     missing = []
     for name, decl in plan.models.items():
@@ -146,7 +168,8 @@ def from_args(args: Any, plan: Plan) -> SlimeConfig:
         problems.append(
             f"model(s) {', '.join(missing)} of graph '{plan.name}' have no endpoint: not in slime's "
             f"--sglang-config (it serves: {served}) and no url: in the graph. Pass the sglang_config.yaml "
-            "that `graphrl compile` writes for models with serve:, or give url: in the graph")
+            "that `graphrl compile` writes for models with serve:, or give url: in the graph"
+        )
     hf = get("hf_checkpoint") or (policy.tokenizer if policy is not None else None)
     if not hf:
         problems.append("slime args have no hf_checkpoint: graphrl needs the policy's tokenizer")
@@ -154,8 +177,14 @@ def from_args(args: Any, plan: Plan) -> SlimeConfig:
         raise SlimeConfigError("graphrl cannot run this slime configuration:\n  - " + "\n  - ".join(problems))
     tokenizers = {n: d.tokenizer for n, d in plan.models.items() if n != POLICY and d.tokenizer}
     return SlimeConfig(
-        hf_checkpoint=str(hf), urls=urls, tokenizers=tokenizers,
-        max_response_len=get("rollout_max_response_len"), max_context_len=get("rollout_max_context_len"),
-        partial_rollout=bool(get("partial_rollout", False)), reward_key=get("reward_key"),
-        timeout_s=float(get("graphrl_request_timeout_s", 900.0) or 900.0), fanout=plan.training.fanout,
-        source_dir=get("graphrl_source_dir"))
+        hf_checkpoint=str(hf),
+        urls=urls,
+        tokenizers=tokenizers,
+        max_response_len=get("rollout_max_response_len"),
+        max_context_len=get("rollout_max_context_len"),
+        partial_rollout=bool(get("partial_rollout", False)),
+        reward_key=get("reward_key"),
+        timeout_s=float(get("graphrl_request_timeout_s", 900.0) or 900.0),
+        fanout=plan.training.fanout,
+        source_dir=get("graphrl_source_dir"),
+    )

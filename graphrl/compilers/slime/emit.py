@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence, Union
+from typing import Union
 
 import yaml
 
@@ -31,20 +32,67 @@ from ...spec.model import POLICY
 from .config import module_name
 from .settings import settings_of
 
-__all__ = ["DEFAULT_TRAIN_ARGS", "Var", "module_name", "needs_sglang_config", "rollout_gpus", "slime_flags",
-           "train_command", "runtime_env", "resolve", "source_dir", "write_slime_target", "JOB_ADDRESS"]
+__all__ = [
+    "DEFAULT_TRAIN_ARGS",
+    "Var",
+    "module_name",
+    "needs_sglang_config",
+    "rollout_gpus",
+    "slime_flags",
+    "train_command",
+    "runtime_env",
+    "resolve",
+    "source_dir",
+    "write_slime_target",
+    "JOB_ADDRESS",
+]
 
 JOB_ADDRESS = "http://127.0.0.1:8265"
 
 # The recipe's training hyper-parameters (docs/architecture.md, slime contract §5); extra args given later win.
 DEFAULT_TRAIN_ARGS = (
-    "--num-rollout", "2", "--rollout-batch-size", "4", "--n-samples-per-prompt", "4",
-    "--rollout-max-response-len", "1024", "--rollout-temperature", "1", "--global-batch-size", "16",
-    "--advantage-estimator", "grpo", "--use-kl-loss", "--kl-loss-coef", "0", "--kl-loss-type", "low_var_kl",
-    "--eps-clip", "0.2", "--eps-clip-high", "0.28", "--optimizer", "adam", "--lr", "1e-6",
-    "--lr-decay-style", "constant", "--weight-decay", "0.1", "--adam-beta1", "0.9", "--adam-beta2", "0.98",
-    "--use-dynamic-batch-size", "--max-tokens-per-gpu", "9216", "--rollout-num-gpus-per-engine", "1",
-    "--sglang-mem-fraction-static", "0.5",
+    "--num-rollout",
+    "2",
+    "--rollout-batch-size",
+    "4",
+    "--n-samples-per-prompt",
+    "4",
+    "--rollout-max-response-len",
+    "1024",
+    "--rollout-temperature",
+    "1",
+    "--global-batch-size",
+    "16",
+    "--advantage-estimator",
+    "grpo",
+    "--use-kl-loss",
+    "--kl-loss-coef",
+    "0",
+    "--kl-loss-type",
+    "low_var_kl",
+    "--eps-clip",
+    "0.2",
+    "--eps-clip-high",
+    "0.28",
+    "--optimizer",
+    "adam",
+    "--lr",
+    "1e-6",
+    "--lr-decay-style",
+    "constant",
+    "--weight-decay",
+    "0.1",
+    "--adam-beta1",
+    "0.9",
+    "--adam-beta2",
+    "0.98",
+    "--use-dynamic-batch-size",
+    "--max-tokens-per-gpu",
+    "9216",
+    "--rollout-num-gpus-per-engine",
+    "1",
+    "--sglang-mem-fraction-static",
+    "0.5",
 )
 
 
@@ -72,8 +120,9 @@ POLICY_ROLLOUT_GPUS = 1  # the policy's GPUs in the generated sglang_config.yaml
 
 def rollout_gpus(plan: Plan) -> int:
     """--rollout-num-gpus with a generated sglang config: slime asserts it equals the config's total."""
-    return POLICY_ROLLOUT_GPUS + sum(d.serve.num_gpus for n, d in plan.models.items()
-                                     if n != POLICY and d.serve is not None)
+    return POLICY_ROLLOUT_GPUS + sum(
+        d.serve.num_gpus for n, d in plan.models.items() if n != POLICY and d.serve is not None
+    )
 
 
 def slime_flags(plan: Plan, out_dir: str | Path) -> list[str]:
@@ -83,8 +132,16 @@ def slime_flags(plan: Plan, out_dir: str | Path) -> list[str]:
     flags = ["--custom-generate-function-path", f"{mod}.generate"]
     if plan.reward is not None:  # no reward in the graph: slime's own --rm-type scores the samples
         flags += ["--custom-rm-path", f"{mod}.reward_func"]
-    flags += ["--custom-config-path", str(out / "slime_args.yaml"),
-              "--input-key", "prompt", "--label-key", "label", "--metadata-key", "metadata"]
+    flags += [
+        "--custom-config-path",
+        str(out / "slime_args.yaml"),
+        "--input-key",
+        "prompt",
+        "--label-key",
+        "label",
+        "--metadata-key",
+        "metadata",
+    ]
     if plan.training.fanout or (plan.reward is not None and plan.reward.group is not None):
         flags += ["--custom-reward-post-process-path", f"{mod}.post_process_rewards"]
     if needs_sglang_config(plan):
@@ -94,12 +151,24 @@ def slime_flags(plan: Plan, out_dir: str | Path) -> list[str]:
 
 def train_command(plan: Plan, out_dir: str | Path) -> list[Word]:
     """The Ray job's entrypoint: slime's train.py with every flag this graph needs."""
-    return ["python3", Var("SLIME_DIR", "/train.py"),
-            "--actor-num-nodes", "1", "--actor-num-gpus-per-node", Var("NUM_GPUS"), "--colocate",
-            Var("MODEL_ARGS", splat=True),
-            "--hf-checkpoint", Var("HF_CHECKPOINT"), "--ref-load", Var("REF_LOAD"),
-            "--prompt-data", Var("PROMPT_DATA"),
-            *slime_flags(plan, out_dir), *DEFAULT_TRAIN_ARGS]
+    return [
+        "python3",
+        Var("SLIME_DIR", "/train.py"),
+        "--actor-num-nodes",
+        "1",
+        "--actor-num-gpus-per-node",
+        Var("NUM_GPUS"),
+        "--colocate",
+        Var("MODEL_ARGS", splat=True),
+        "--hf-checkpoint",
+        Var("HF_CHECKPOINT"),
+        "--ref-load",
+        Var("REF_LOAD"),
+        "--prompt-data",
+        Var("PROMPT_DATA"),
+        *slime_flags(plan, out_dir),
+        *DEFAULT_TRAIN_ARGS,
+    ]
 
 
 def source_dir(plan: Plan) -> Path:
@@ -152,18 +221,31 @@ def post_process_rewards(args, samples):
 
 
 def _sglang_config(plan: Plan) -> str:
-    models = [{"name": POLICY, "update_weights": True,
-               "server_groups": [{"worker_type": "regular", "num_gpus": POLICY_ROLLOUT_GPUS}]}]
+    models = [
+        {
+            "name": POLICY,
+            "update_weights": True,
+            "server_groups": [{"worker_type": "regular", "num_gpus": POLICY_ROLLOUT_GPUS}],
+        }
+    ]
     for name, d in sorted(plan.models.items()):
         if name != POLICY and d.serve is not None:
-            models.append({"name": name, "model_path": d.serve.model_path, "update_weights": False,
-                           "num_gpus_per_engine": d.serve.num_gpus_per_engine,
-                           "server_groups": [{"worker_type": "regular", "num_gpus": d.serve.num_gpus}]})
-    head = ("# Generated by graphrl compile (slime --sglang-config). The policy comes first: slime points\n"
-            "# sglang_router_ip at the first model; its model_path is --hf-checkpoint and only it gets\n"
-            "# weight updates. Frozen models keep their graph names (graphrl finds them in\n"
-            "# args.sglang_model_routers). slime asserts that the num_gpus below add up to --rollout-num-gpus\n"
-            f"# ({rollout_gpus(plan)} in launch.sh): change both together.\n")
+            models.append(
+                {
+                    "name": name,
+                    "model_path": d.serve.model_path,
+                    "update_weights": False,
+                    "num_gpus_per_engine": d.serve.num_gpus_per_engine,
+                    "server_groups": [{"worker_type": "regular", "num_gpus": d.serve.num_gpus}],
+                }
+            )
+    head = (
+        "# Generated by graphrl compile (slime --sglang-config). The policy comes first: slime points\n"
+        "# sglang_router_ip at the first model; its model_path is --hf-checkpoint and only it gets\n"
+        "# weight updates. Frozen models keep their graph names (graphrl finds them in\n"
+        "# args.sglang_model_routers). slime asserts that the num_gpus below add up to --rollout-num-gpus\n"
+        f"# ({rollout_gpus(plan)} in launch.sh): change both together.\n"
+    )
     return head + yaml.safe_dump({"sglang": models}, sort_keys=False)
 
 
@@ -185,12 +267,15 @@ def launch_script(plan: Plan, out_dir: str | Path) -> str:
     cmd = train_command(plan, out)
     head, flags = cmd[:2], cmd[2:]
     body = " \\\n  ".join(_lines(flags))
-    gpus = (f'ROLLOUT_GPUS={rollout_gpus(plan)}                              # the total of sglang_config.yaml\n'
-            'RAY_GPUS=$(( NUM_GPUS > ROLLOUT_GPUS ? NUM_GPUS : ROLLOUT_GPUS ))'
-            if needs_sglang_config(plan) else 'RAY_GPUS="$NUM_GPUS"')
+    gpus = (
+        f"ROLLOUT_GPUS={rollout_gpus(plan)}                              # the total of sglang_config.yaml\n"
+        "RAY_GPUS=$(( NUM_GPUS > ROLLOUT_GPUS ? NUM_GPUS : ROLLOUT_GPUS ))"
+        if needs_sglang_config(plan)
+        else 'RAY_GPUS="$NUM_GPUS"'
+    )
     env = runtime_env("$MEGATRON_DIR", "$HERE", "$GRAPH_DIR").replace('"', '\\"')
     return f"""#!/usr/bin/env bash
-# Generated by graphrl compile from {plan.source.get('file')} (plan sha256 {plan.source.get('sha256', '')[:12]}).
+# Generated by graphrl compile from {plan.source.get("file")} (plan sha256 {plan.source.get("sha256", "")[:12]}).
 # The complete slime command for graph '{plan.name}' (`graphrl launch` runs the same one).
 # Set the variables below (or export them); extra slime flags given to this script come last and win.
 # The Ray job imports graphrl: install it in slime's Python environment (pip install graphrl).
@@ -222,22 +307,41 @@ def readme(plan: Plan, out_dir: str | Path) -> str:
     mod = module_name(plan)
     out = Path(out_dir).resolve()
     src = plan.source.get("file")
-    fan = ("yes: generate returns list[Sample] (siblings share rollout_id = sample.index, rewards credited "
-           f"{plan.reward.credit if plan.reward else 'even'}); post_process_rewards normalises per prompt "
-           "group counting each rollout once. Do not add --group-rm, --partial-rollout, "
-           "--dynamic-sampling-filter-path or --log-passrate" if plan.training.fanout else "no (one sample per rollout)")
-    rows = [("plan.json", "the frozen plan (templates inlined); the module runs exactly this"),
-            (f"{mod}.py", f"`generate`, `reward_func`, `post_process_rewards` for slime's dotted paths "
-                          f"(`{mod}.generate`, ...)"),
-            ("slime_args.yaml", "`--custom-config-path`: sets `args.graphrl_plan_path` and graphrl's request timeout"),
-            ("launch.sh", "the complete slime command; set HF_CHECKPOINT, PROMPT_DATA, SLIME_DIR (+ MEGATRON_DIR, "
-                          "MODEL_ARGS_SCRIPT, NUM_GPUS)")]
+    fan = (
+        "yes: generate returns list[Sample] (siblings share rollout_id = sample.index, rewards credited "
+        f"{plan.reward.credit if plan.reward else 'even'}); post_process_rewards normalises per prompt "
+        "group counting each rollout once. Do not add --group-rm, --partial-rollout, "
+        "--dynamic-sampling-filter-path or --log-passrate"
+        if plan.training.fanout
+        else "no (one sample per rollout)"
+    )
+    rows = [
+        ("plan.json", "the frozen plan (templates inlined); the module runs exactly this"),
+        (
+            f"{mod}.py",
+            f"`generate`, `reward_func`, `post_process_rewards` for slime's dotted paths (`{mod}.generate`, ...)",
+        ),
+        ("slime_args.yaml", "`--custom-config-path`: sets `args.graphrl_plan_path` and graphrl's request timeout"),
+        (
+            "launch.sh",
+            "the complete slime command; set HF_CHECKPOINT, PROMPT_DATA, SLIME_DIR (+ MEGATRON_DIR, "
+            "MODEL_ARGS_SCRIPT, NUM_GPUS)",
+        ),
+    ]
     if needs_sglang_config(plan):
-        rows.append(("sglang_config.yaml", "`--sglang-config`: slime serves the frozen models with serve: "
-                                           "(policy first, update_weights only for the policy)"))
+        rows.append(
+            (
+                "sglang_config.yaml",
+                "`--sglang-config`: slime serves the frozen models with serve: "
+                "(policy first, update_weights only for the policy)",
+            )
+        )
     table = "\n".join(f"| {a} | {b} |" for a, b in rows)
-    reward = (f"`{plan.reward.fn or 'terms: ' + ', '.join(plan.reward.terms or ())}` (credit {plan.reward.credit}), filled by generate" if plan.reward
-              else "none in the graph: slime's reward model scores samples (pass --rm-type)")
+    reward = (
+        f"`{plan.reward.fn or 'terms: ' + ', '.join(plan.reward.terms or ())}` (credit {plan.reward.credit}), filled by generate"
+        if plan.reward
+        else "none in the graph: slime's reward model scores samples (pass --rm-type)"
+    )
     return f"""# {plan.name} — compiled for slime
 
 Generated by `graphrl compile {src} -o {out_dir}`. Recompile after editing the graph.
@@ -246,12 +350,12 @@ Generated by `graphrl compile {src} -o {out_dir}`. Recompile after editing the g
 |---|---|
 {table}
 
-Trained nodes: {', '.join(plan.training.trained_nodes) or 'none'}. Reward: {reward}.
+Trained nodes: {", ".join(plan.training.trained_nodes) or "none"}. Reward: {reward}.
 Fan-out: {fan}.
 
 Launch:
 
-    HF_CHECKPOINT=/path/to/hf PROMPT_DATA=train.jsonl SLIME_DIR=/root/slime bash {out / 'launch.sh'}
+    HF_CHECKPOINT=/path/to/hf PROMPT_DATA=train.jsonl SLIME_DIR=/root/slime bash {out / "launch.sh"}
 
 or `graphrl launch {src} --slime-dir /root/slime --hf-checkpoint ... --data train.jsonl`.
 The Ray job needs graphrl importable in slime's Python (`pip install graphrl` in slime's image) and
@@ -265,9 +369,14 @@ def write_slime_target(plan: Plan, out_dir: str | Path) -> list[Path]:
     files = {
         "plan.json": plan_json(plan),
         f"{module_name(plan)}.py": MODULE.format(source=plan.source.get("file"), name=plan.name),
-        "slime_args.yaml": yaml.safe_dump({"graphrl_plan_path": str((out / "plan.json").resolve()),
-                                           "graphrl_source_dir": str(source_dir(plan)),
-                                           "graphrl_request_timeout_s": 900.0}, sort_keys=True),
+        "slime_args.yaml": yaml.safe_dump(
+            {
+                "graphrl_plan_path": str((out / "plan.json").resolve()),
+                "graphrl_source_dir": str(source_dir(plan)),
+                "graphrl_request_timeout_s": 900.0,
+            },
+            sort_keys=True,
+        ),
         "launch.sh": launch_script(plan, out),
         "README.md": readme(plan, out_dir),
     }

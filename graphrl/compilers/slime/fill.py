@@ -18,12 +18,18 @@ have >= 1 token each; nothing is decoded and re-encoded (`response` is a decodin
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from ...runtime.ledger import TrainingSample
 
-STATUS = {"completed": "COMPLETED", "truncated": "TRUNCATED", "aborted": "ABORTED", "failed": "FAILED",
-          "pending": "PENDING"}
+STATUS = {
+    "completed": "COMPLETED",
+    "truncated": "TRUNCATED",
+    "aborted": "ABORTED",
+    "failed": "FAILED",
+    "pending": "PENDING",
+}
 _FINISH = ("stop", "length", "abort")
 
 
@@ -81,13 +87,25 @@ def write_tokens(target: Any, s: TrainingSample, args: Any) -> None:
     target.tokens = prompt
     for sp in s.spans:
         trainable = sp.mask == 1
-        append(args, tokens=resp[sp.start:sp.end], log_probs=lps[sp.start:sp.end] if trainable else None,
-               trainable=trainable, update_terminal_info=False)
+        append(
+            args,
+            tokens=resp[sp.start : sp.end],
+            log_probs=lps[sp.start : sp.end] if trainable else None,
+            trainable=trainable,
+            update_terminal_info=False,
+        )
     for c in s.calls:
         if c.finish_reason in _FINISH:
-            append(args, tokens=[], meta_info={"finish_reason": {"type": c.finish_reason},
-                                               "prompt_tokens": c.prompt_tokens, "cached_tokens": c.cached_tokens,
-                                               "completion_tokens": c.completion_tokens})
+            append(
+                args,
+                tokens=[],
+                meta_info={
+                    "finish_reason": {"type": c.finish_reason},
+                    "prompt_tokens": c.prompt_tokens,
+                    "cached_tokens": c.cached_tokens,
+                    "completion_tokens": c.completion_tokens,
+                },
+            )
 
 
 def write_placeholder(target: Any, pad: int) -> None:
@@ -99,8 +117,18 @@ def write_placeholder(target: Any, pad: int) -> None:
     target.rollout_log_probs = [0.0]
 
 
-def finish(target: Any, *, status: str, reward: Any, remove: bool, rollout_id: Any, response: str,
-           info: dict[str, Any], raw_reward: float | None, rounds: int) -> Any:
+def finish(
+    target: Any,
+    *,
+    status: str,
+    reward: Any,
+    remove: bool,
+    rollout_id: Any,
+    response: str,
+    info: dict[str, Any],
+    raw_reward: float | None,
+    rounds: int,
+) -> Any:
     """The non-token fields. `info` goes to metadata["graphrl"]; slime's own keys next to it."""
     target.response = response
     target.status = status_member(target, status)
@@ -125,5 +153,7 @@ def check_filled(samples: Sequence[Any]) -> None:
         mask = x.loss_mask if x.loss_mask is not None else [1] * n
         lps = x.rollout_log_probs
         if n < 1 or len(x.tokens) - n < 1 or len(mask) != n or lps is None or len(lps) != n:
-            raise AssertionError(f"graphrl produced a malformed sample: tokens {len(x.tokens)}, response_length {n}, "
-                                 f"loss_mask {len(mask)}, rollout_log_probs {None if lps is None else len(lps)}")
+            raise AssertionError(
+                f"graphrl produced a malformed sample: tokens {len(x.tokens)}, response_length {n}, "
+                f"loss_mask {len(mask)}, rollout_log_probs {None if lps is None else len(lps)}"
+            )

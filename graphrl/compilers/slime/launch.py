@@ -59,11 +59,17 @@ def read_model_args(slime_dir: Path, name: str) -> list[str]:
     if not script.is_file():
         names = sorted(p.stem for p in (slime_dir / "scripts" / "models").glob("*.sh"))
         hint = did_you_mean(name, names) or (f"available: {', '.join(names)}" if names else "")
-        raise Missing(f"no model script {script}", "pass --model-args NAME for one of slime's scripts/models/"
-                      f"NAME.sh{' (' + hint + ')' if hint else ''}")
+        raise Missing(
+            f"no model script {script}",
+            f"pass --model-args NAME for one of slime's scripts/models/NAME.sh{' (' + hint + ')' if hint else ''}",
+        )
     try:
-        res = subprocess.run(["bash", "-c", 'set -e; source "$1"; printf "%s\\0" "${MODEL_ARGS[@]}"', "_",
-                              str(script)], capture_output=True, text=True, cwd=slime_dir)
+        res = subprocess.run(
+            ["bash", "-c", 'set -e; source "$1"; printf "%s\\0" "${MODEL_ARGS[@]}"', "_", str(script)],
+            capture_output=True,
+            text=True,
+            cwd=slime_dir,
+        )
     except OSError as exc:
         raise Missing(f"cannot run bash to read {script}: {exc}", "install bash") from None
     if res.returncode != 0 or not res.stdout:
@@ -90,11 +96,30 @@ def parse_flags(words: tuple[str, ...] | list[str]) -> object:
     return ns
 
 
-def build_commands(plan: Plan, out: Path, *, slime_dir: Path, hf_checkpoint: str, ref_load: str, data: str,
-                   model_arg_words: list[str], num_gpus: int, megatron_dir: str, python: str, ray: str,
-                   extra: list[str], job_id: str) -> Commands:
-    values = {"SLIME_DIR": str(slime_dir), "NUM_GPUS": str(num_gpus), "MODEL_ARGS": model_arg_words,
-              "HF_CHECKPOINT": hf_checkpoint, "REF_LOAD": ref_load, "PROMPT_DATA": data}
+def build_commands(
+    plan: Plan,
+    out: Path,
+    *,
+    slime_dir: Path,
+    hf_checkpoint: str,
+    ref_load: str,
+    data: str,
+    model_arg_words: list[str],
+    num_gpus: int,
+    megatron_dir: str,
+    python: str,
+    ray: str,
+    extra: list[str],
+    job_id: str,
+) -> Commands:
+    values = {
+        "SLIME_DIR": str(slime_dir),
+        "NUM_GPUS": str(num_gpus),
+        "MODEL_ARGS": model_arg_words,
+        "HF_CHECKPOINT": hf_checkpoint,
+        "REF_LOAD": ref_load,
+        "PROMPT_DATA": data,
+    }
     train = resolve(train_command(plan, out), values)
     train[0] = python
     ray_gpus = max(num_gpus, rollout_gpus(plan)) if needs_sglang_config(plan) else num_gpus
@@ -103,10 +128,28 @@ def build_commands(plan: Plan, out: Path, *, slime_dir: Path, hf_checkpoint: str
     return Commands(
         preflight=[python, "-c", f"import graphrl.compilers.slime.adapter, {module_name(plan)}"],
         preflight_env={"PYTHONPATH": pythonpath},
-        start=[ray, "start", "--head", "--node-ip-address", "127.0.0.1", "--num-gpus", str(ray_gpus),
-               "--disable-usage-stats"],
-        submit=[ray, "job", "submit", f"--address={JOB_ADDRESS}", "--submission-id", job_id,
-                f"--runtime-env-json={env}", "--", *train, *extra],
+        start=[
+            ray,
+            "start",
+            "--head",
+            "--node-ip-address",
+            "127.0.0.1",
+            "--num-gpus",
+            str(ray_gpus),
+            "--disable-usage-stats",
+        ],
+        submit=[
+            ray,
+            "job",
+            "submit",
+            f"--address={JOB_ADDRESS}",
+            "--submission-id",
+            job_id,
+            f"--runtime-env-json={env}",
+            "--",
+            *train,
+            *extra,
+        ],
         stop_job=[ray, "job", "stop", f"--address={JOB_ADDRESS}", job_id],
         stop=[ray, "stop"],
     )

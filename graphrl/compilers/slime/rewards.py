@@ -71,9 +71,13 @@ def rollouts_by_group(args: Any, samples: list[Any]) -> dict[Any, list[Rollout]]
         if ro is None:
             meta = dict(getattr(s, "metadata", None) or {})
             info = meta.pop("graphrl", None) or {}
-            ro = groups[gid][rid] = Rollout(rid, gid, info=info, status=info.get("status", "completed"),
-                                            row_metadata={k: v for k, v in meta.items()
-                                                          if k not in ("raw_reward", "round_number")})
+            ro = groups[gid][rid] = Rollout(
+                rid,
+                gid,
+                info=info,
+                status=info.get("status", "completed"),
+                row_metadata={k: v for k, v in meta.items() if k not in ("raw_reward", "round_number")},
+            )
         elif "rollout_calls" not in ro.info:  # the rollout-level part lives on one sample: keep that one
             info = (getattr(s, "metadata", None) or {}).get("graphrl") or {}
             if "rollout_calls" in info:
@@ -103,27 +107,46 @@ def _normalise(values: list[float], args: Any) -> list[float]:
     return adv
 
 
-def group_rewards(plan: Plan, args: Any, groups: dict[Any, list[Rollout]], samples: list[Any]) -> dict[Any, list[float]]:
+def group_rewards(
+    plan: Plan, args: Any, groups: dict[Any, list[Rollout]], samples: list[Any]
+) -> dict[Any, list[float]]:
     """Step 2: each prompt group's rollout rewards as the graph's group reward gives them."""
     rows, results = {}, {}
     for gid, rollouts in groups.items():
         first = samples[rollouts[0].indices[0]]
-        rows[gid] = {"prompt": getattr(first, "prompt", None), "label": getattr(first, "label", None),
-                     "metadata": rollouts[0].row_metadata}
-        results[gid] = [RolloutResult(
-            rollout_id=ro.rollout_id, group=gid, status=ro.status,
-            reward=ro.reward if ro.status in ("completed", "truncated") else None, samples=(), path=(),
-            calls=tuple(CallRecord.from_json(c) for c in ro.info.get("rollout_calls") or ()),
-            error=None, state=dict(ro.info.get("state") or {}), elapsed_s=0.0, engine_s=0.0) for ro in rollouts]
-    search = [Path(p) for p in (getattr(args, "graphrl_source_dir", None), Path(plan.source.get("file", ".")).parent)
-              if p]
+        rows[gid] = {
+            "prompt": getattr(first, "prompt", None),
+            "label": getattr(first, "label", None),
+            "metadata": rollouts[0].row_metadata,
+        }
+        results[gid] = [
+            RolloutResult(
+                rollout_id=ro.rollout_id,
+                group=gid,
+                status=ro.status,
+                reward=ro.reward if ro.status in ("completed", "truncated") else None,
+                samples=(),
+                path=(),
+                calls=tuple(CallRecord.from_json(c) for c in ro.info.get("rollout_calls") or ()),
+                error=None,
+                state=dict(ro.info.get("state") or {}),
+                elapsed_s=0.0,
+                engine_s=0.0,
+            )
+            for ro in rollouts
+        ]
+    search = [
+        Path(p) for p in (getattr(args, "graphrl_source_dir", None), Path(plan.source.get("file", ".")).parent) if p
+    ]
     hook = group_reward_hook(plan, rows, search)
     key = plan.reward.key if plan.reward else None
     out = {}
     for gid, res in results.items():
         new = hook(res) if hook is not None else res
-        out[gid] = [float(r.reward["score"]) if isinstance(r.reward, dict) and "score" in r.reward
-                    else scalar(r.reward, key) for r in new]
+        out[gid] = [
+            float(r.reward["score"]) if isinstance(r.reward, dict) and "score" in r.reward else scalar(r.reward, key)
+            for r in new
+        ]
     return out
 
 

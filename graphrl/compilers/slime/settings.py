@@ -23,5 +23,3 @@ class SlimeSettings(BaseModel):
 def settings_of(plan: Plan) -> SlimeSettings:
     """The plan's `slime:` section (defaults when the graph has none)."""
     return SlimeSettings.model_validate(plan.targets.get("slime") or {})
-
-

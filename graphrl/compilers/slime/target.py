@@ -7,8 +7,8 @@ imported by the emitted module inside slime, never here.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from pydantic import BaseModel
 
@@ -31,15 +31,20 @@ class SlimeCompileTarget:
         assert isinstance(settings, SlimeSettings)
         if not sample_layout(g, flow).fanout:
             return
-        bad = [("partial_rollout", settings.partial_rollout, "ABORTED siblings cannot re-enter generate as one sample"),
-               ("group_rm", settings.group_rm, "slime's group RM expects one sample per rollout"),
-               ("dynamic_sampling_filter", bool(settings.dynamic_sampling_filter),
-                "filters count samples, not rollouts")]
+        bad = [
+            ("partial_rollout", settings.partial_rollout, "ABORTED siblings cannot re-enter generate as one sample"),
+            ("group_rm", settings.group_rm, "slime's group RM expects one sample per rollout"),
+            ("dynamic_sampling_filter", bool(settings.dynamic_sampling_filter), "filters count samples, not rollouts"),
+        ]
         for key, on, why in bad:
             if on:
-                yield Diagnostic("E403", f"this graph yields several training samples per rollout (fan-out); "
-                                 f"slime's {key} breaks that: {why}", g.span("slime", key),
-                                 "remove it; graphrl's compiled reward post-process normalises per prompt group")
+                yield Diagnostic(
+                    "E403",
+                    f"this graph yields several training samples per rollout (fan-out); "
+                    f"slime's {key} breaks that: {why}",
+                    g.span("slime", key),
+                    "remove it; graphrl's compiled reward post-process normalises per prompt group",
+                )
 
     def emit(self, plan: Plan, out_dir: Path) -> list[Path]:
         return write_slime_target(plan, out_dir)

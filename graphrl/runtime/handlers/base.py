@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from ...spec.common import END
 from ..rollout import RolloutState, StepServices
@@ -21,8 +22,9 @@ def route_next(ex: StepServices, nid: str, node: Any, ctx: dict[str, Any]) -> st
     return END
 
 
-async def no_call(ex: StepServices, r: RolloutState, nid: str, node: Any, visit: int,
-                  ctx: dict[str, Any]) -> NodeResult:
+async def no_call(
+    ex: StepServices, r: RolloutState, nid: str, node: Any, visit: int, ctx: dict[str, Any]
+) -> NodeResult:
     """A node that calls nothing: an empty result (its `update:` and routing still run)."""
     return NodeResult()
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...spec.common import POLICY
 from ...engines.base import EngineError
+from ...spec.common import POLICY
 from ..ledger import SampleBuilder
 from ..parsers import parse_output
 from ..rollout import RolloutState, StepServices
@@ -20,8 +20,9 @@ from ..services import UnknownModel
 from .base import Handler
 
 
-def sampling_params(ex: StepServices, node: Any, model: str, stop_token_ids: frozenset[int] | set[int]
-                    ) -> dict[str, Any]:
+def sampling_params(
+    ex: StepServices, node: Any, model: str, stop_token_ids: frozenset[int] | set[int]
+) -> dict[str, Any]:
     """The run's base sampling parameters, then the model's and the node's; stops and lengths are the node's."""
     p = dict(ex.sampling)
     decl = ex.plan.models.get(model)
@@ -48,8 +49,11 @@ def _bounded(ex: StepServices, nid: str, messages: list[dict[str, Any]], bound: 
     before the tokenizer sees it (tokenising tens of MB takes gigabytes)."""
     chars = sum(len(m["content"]) for m in messages if isinstance(m.get("content"), str))
     if chars > 16 * bound:
-        raise RenderError(ex.plan.span("nodes", nid, "prompt"), f"the prompt of '{nid}' has {chars} characters, far "
-                          f"over limits.max_prompt_tokens ({bound}): refused before tokenising")
+        raise RenderError(
+            ex.plan.span("nodes", nid, "prompt"),
+            f"the prompt of '{nid}' has {chars} characters, far "
+            f"over limits.max_prompt_tokens ({bound}): refused before tokenising",
+        )
     return messages
 
 
@@ -59,10 +63,11 @@ def strip_stop(renderer: Any, ids: tuple[int, ...]) -> str:
     return renderer.decode(ids)
 
 
-async def run_llm(ex: StepServices, r: RolloutState, nid: str, node: Any, visit: int,
-                  ctx: dict[str, Any]) -> NodeResult:
+async def run_llm(
+    ex: StepServices, r: RolloutState, nid: str, node: Any, visit: int, ctx: dict[str, Any]
+) -> NodeResult:
     # render
-    model = (ex.render.text(("nodes", nid, "llm"), node.llm, ctx).strip() if node.dynamic_model else node.llm)
+    model = ex.render.text(("nodes", nid, "llm"), node.llm, ctx).strip() if node.dynamic_model else node.llm
     if model not in ex.plan.models:
         raise UnknownModel(f"{ex.plan.span('nodes', nid, 'llm')}: model '{model}' is not declared in the graph")
     renderer = ex.endpoints.renderer(model)
@@ -76,15 +81,19 @@ async def run_llm(ex: StepServices, r: RolloutState, nid: str, node: Any, visit:
     else:
         ids = renderer.start(_bounded(ex, nid, ex.messages(("nodes", nid, "prompt"), node.prompt, ctx), bound))
     if len(ids) > bound:
-        raise RenderError(ex.plan.span("nodes", nid, "prompt"), f"the prompt of '{nid}' has {len(ids)} tokens, over "
-                          f"limits.max_prompt_tokens ({bound})")
+        raise RenderError(
+            ex.plan.span("nodes", nid, "prompt"),
+            f"the prompt of '{nid}' has {len(ids)} tokens, over limits.max_prompt_tokens ({bound})",
+        )
     # generate
     gen, call = await ex.generate(r, model, ids, sampling_params(ex, node, model, renderer.stop_token_ids), nid, visit)
     vocab = renderer.vocab_size
     if vocab is not None and gen.output_ids and (max(gen.output_ids) >= vocab or min(gen.output_ids) < 0):
         bad = next(i for i in gen.output_ids if i >= vocab or i < 0)
-        raise EngineError(f"'{nid}': the engine returned token id {bad}, outside the tokenizer's vocabulary "
-                          f"of {vocab}: nothing of this call is trained")
+        raise EngineError(
+            f"'{nid}': the engine returned token id {bad}, outside the tokenizer's vocabulary "
+            f"of {vocab}: nothing of this call is trained"
+        )
     if gen.finish_reason.type == "abort" and not gen.output_ids:  # aborted before its first token
         r.status, r.error = "aborted", f"engine aborted the call of '{nid}' before it generated a token"
         r.last_finish = "abort"
@@ -99,8 +108,15 @@ async def run_llm(ex: StepServices, r: RolloutState, nid: str, node: Any, visit:
         b.record_call(call)
         r.samples.append(b.freeze())
     if thread is not None:
-        text = thread.record_output(gen.output_ids, gen.logprobs, gen.finish_reason,
-                                    mask=mask if node.sample_mode == "thread" else 0, node=nid, visit=visit, call=call)
+        text = thread.record_output(
+            gen.output_ids,
+            gen.logprobs,
+            gen.finish_reason,
+            mask=mask if node.sample_mode == "thread" else 0,
+            node=nid,
+            visit=visit,
+            call=call,
+        )
     else:
         text = strip_stop(renderer, gen.output_ids)
     if gen.finish_reason.type == "abort":

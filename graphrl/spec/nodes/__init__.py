@@ -55,10 +55,27 @@ def _kind_of(value: Any) -> str | None:
 if TYPE_CHECKING:
     AnyNode = Node
 else:
-    AnyNode = Annotated[Union[tuple(Annotated[k, Tag(name)] for name, k in NODE_KINDS.items())],
-                        Discriminator(_kind_of)]
+    AnyNode = Annotated[
+        Union[tuple(Annotated[k, Tag(name)] for name, k in NODE_KINDS.items())], Discriminator(_kind_of)
+    ]
 PlanNode = AnyNode
 
 
-__all__ = ["KINDS", "AnyNode", "NODE_KINDS", "SELECTORS", "AppendTo", "FlowNode", "Foreach", "LLMNode", "Node", "NodeBase",
-           "PlanNode", "SwitchNode", "ToolNode", "UpdateNode", "case_key", "node_kind"]
+__all__ = [
+    "KINDS",
+    "AnyNode",
+    "NODE_KINDS",
+    "SELECTORS",
+    "AppendTo",
+    "FlowNode",
+    "Foreach",
+    "LLMNode",
+    "Node",
+    "NodeBase",
+    "PlanNode",
+    "SwitchNode",
+    "ToolNode",
+    "UpdateNode",
+    "case_key",
+    "node_kind",
+]

@@ -15,7 +15,8 @@ the plan's node union.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Iterator, Literal
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -34,8 +35,11 @@ class AppendTo(_Base):
     thread: str
     role: Literal["tool", "user", "system"] = "tool"
     content: str = "{{ output }}"
-    in_response: bool = Field(False, description="append inside the current assistant response (no new turn); "
-                              "the thread's last output must have stopped on a stop string")
+    in_response: bool = Field(
+        False,
+        description="append inside the current assistant response (no new turn); "
+        "the thread's last output must have stopped on a stop string",
+    )
 
 
 class Foreach(_Base):
@@ -62,7 +66,9 @@ class NodeBase(_Base):
     update: dict[str, Any] = Field(default_factory=dict, description="state writes: name -> template")
     max_visits: int | None = Field(None, ge=1, description="bound on visits to this node in one rollout")
     token_budget: int | None = Field(None, ge=1, description="do not enter once the rollout's policy tokens reach N")
-    on_limit: str | None = Field(None, description="where to go instead when max_visits or token_budget is hit (default: end)")
+    on_limit: str | None = Field(
+        None, description="where to go instead when max_visits or token_budget is hit (default: end)"
+    )
     append_to: AppendTo | None = None
     foreach: Foreach | None = None
 
@@ -92,8 +98,11 @@ class FlowNode(NodeBase):
     """A node that moves on along `next` (every kind but switch), and may route failures to `on_error`."""
 
     next: list[Branch] | None = Field(None, description="node id, or a list of {when, goto} ending with a default")
-    on_error: str | None = Field(None, description="where to go when this node fails (engine error, render error); "
-                                 "its result then has ok: false and error. Without it a failure ends the rollout")
+    on_error: str | None = Field(
+        None,
+        description="where to go when this node fails (engine error, render error); "
+        "its result then has ok: false and error. Without it a failure ends the rollout",
+    )
 
     def edges(self) -> Iterator[tuple[Path, str, str]]:
         if self.next is None:

@@ -6,7 +6,8 @@ overrides, `stop`, `parse`. Runtime: `graphrl.runtime.handlers.llm`.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Iterator, Literal
+from collections.abc import Iterator
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -25,14 +26,18 @@ class LLMNode(FlowNode):
     thread: str | None = Field(None, description="continue this append-only conversation")
     train: bool | None = Field(None, description="loss_mask 1 on generated tokens (default: true on policy)")
     sample: Literal["call", "thread", "none"] | None = Field(
-        None, description="training sample: own sample per call, the thread's sample, or none")
+        None, description="training sample: own sample per call, the thread's sample, or none"
+    )
     max_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0)
     top_p: float | None = Field(None, gt=0, le=1)
     top_k: int | None = None
     stop: list[str] | None = None
-    constrain: Constrain | None = Field(None, description="structured output: regex, json_schema or ebnf "
-                                        "(SGLang sampling params; see docs/graph-language.md)")
+    constrain: Constrain | None = Field(
+        None,
+        description="structured output: regex, json_schema or ebnf "
+        "(SGLang sampling params; see docs/graph-language.md)",
+    )
     parse: Parse | None = None
 
     @property
@@ -82,6 +87,9 @@ class LLMNode(FlowNode):
 
     def lowered(self, *, default_max_tokens: int) -> NodeBase:
         node = super().lowered(default_max_tokens=default_max_tokens)
-        update: dict[str, Any] = {"train": self.trained, "sample": self.sample_mode,
-                                  "max_tokens": self.max_tokens or default_max_tokens}
+        update: dict[str, Any] = {
+            "train": self.trained,
+            "sample": self.sample_mode,
+            "max_tokens": self.max_tokens or default_max_tokens,
+        }
         return node.model_copy(update=update)

@@ -5,7 +5,8 @@ YAML: `switch: EXPR`, `cases: {value: node}`, `default: node`. Runtime: `graphrl
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Iterator, Literal
+from collections.abc import Iterator
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 

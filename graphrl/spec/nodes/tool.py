@@ -5,7 +5,8 @@ YAML: `tool: NAME`, `args:` (templates), `timeout`, `max_chars`. Runtime: `graph
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Iterator, Literal
+from collections.abc import Iterator
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 

@@ -35,10 +35,18 @@ def tiny_server():
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "graphrl.cli", "serve", "--model", "tiny", "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                                [str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "graphrl.cli", "serve", "--model", "tiny", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(
+                [str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+            ),
+        },
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:

@@ -66,9 +66,17 @@ class SampleStandInNoAppend:
 class SampleStandIn(SampleStandInNoAppend):
     """With append_response_tokens, re-implemented from slime's semantics (see the module docstring)."""
 
-    def append_response_tokens(self, args=None, *, tokens=None, log_probs=None, trainable: bool = True,
-                               meta_info: dict | None = None, text: str | None = None,
-                               update_terminal_info: bool = True) -> None:
+    def append_response_tokens(
+        self,
+        args=None,
+        *,
+        tokens=None,
+        log_probs=None,
+        trainable: bool = True,
+        meta_info: dict | None = None,
+        text: str | None = None,
+        update_terminal_info: bool = True,
+    ) -> None:
         tokens = [int(t) for t in (tokens or [])]
         log_probs = None if log_probs is None else [float(x) for x in log_probs]
         if log_probs is not None and len(log_probs) != len(tokens):

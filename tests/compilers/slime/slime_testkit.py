@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from graphrl.compilers.lower import plan_from_path
 from graphrl.compilers.slime.adapter import SlimeTarget
@@ -51,38 +52,60 @@ class SlimeKit:
     def reply(self, item: Any) -> Scripted:
         text, finish = (item, None) if isinstance(item, str) else item
         ids = tuple(self.r.encode(text)) + ((IM_END,) if finish is None else ())
-        reason = {None: FinishReason("stop", matched=IM_END), "length": FinishReason("length", matched=len(ids)),
-                  "abort": FinishReason("abort", message="aborted for the test")}[finish]
-        return Scripted(output_ids=ids, logprobs=tuple(LOGPROB - 0.01 * i for i in range(len(ids))),
-                        finish_reason=reason, cached_tokens=3)
+        reason = {
+            None: FinishReason("stop", matched=IM_END),
+            "length": FinishReason("length", matched=len(ids)),
+            "abort": FinishReason("abort", message="aborted for the test"),
+        }[finish]
+        return Scripted(
+            output_ids=ids,
+            logprobs=tuple(LOGPROB - 0.01 * i for i in range(len(ids))),
+            finish_reason=reason,
+            cached_tokens=3,
+        )
 
     def engine(self, script: Callable[[str, int], Any] | list) -> ScriptedEngineForTests:
         if isinstance(script, list):
             items = list(script)
-            script_fn = lambda prompt, i: items[i]  # noqa: E731
+            script_fn = lambda prompt, i: items[i]
         else:
             script_fn = script
-        return ScriptedEngineForTests(lambda ids, params, i: self.reply(script_fn(self.r.decode(ids), i)),
-                                      tokenizer=self.tok, default_logprob=LOGPROB)
+        return ScriptedEngineForTests(
+            lambda ids, params, i: self.reply(script_fn(self.r.decode(ids), i)),
+            tokenizer=self.tok,
+            default_logprob=LOGPROB,
+        )
 
     def target(self, engines: dict[str, Any]) -> SlimeTarget:
-        return SlimeTarget(self.out / "plan.json", engine_factory=lambda name, url, cfg: engines[name],
-                           tokenizer_loader=lambda path: self.tok)
+        return SlimeTarget(
+            self.out / "plan.json",
+            engine_factory=lambda name, url, cfg: engines[name],
+            tokenizer_loader=lambda path: self.tok,
+        )
 
     def module_name(self) -> str:
         return module_name(self.plan)
 
-    def run(self, target: SlimeTarget, sample: Any, args: Any, sampling: dict | None = None,
-            evaluation: bool = False) -> Any:
+    def run(
+        self, target: SlimeTarget, sample: Any, args: Any, sampling: dict | None = None, evaluation: bool = False
+    ) -> Any:
         params = sampling if sampling is not None else default_sampling()
         return asyncio.run(target.generate(args, sample, params, evaluation=evaluation))
 
 
 def default_sampling() -> dict[str, Any]:
     """What slime's GenerateState sends (docs/architecture.md, slime contract §1), per sample."""
-    return {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": 1024, "stop": None,
-            "stop_token_ids": None, "skip_special_tokens": False, "no_stop_trim": True,
-            "spaces_between_special_tokens": False}
+    return {
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "top_k": -1,
+        "max_new_tokens": 1024,
+        "stop": None,
+        "stop_token_ids": None,
+        "skip_special_tokens": False,
+        "no_stop_trim": True,
+        "spaces_between_special_tokens": False,
+    }
 
 
 def free_port() -> int:

@@ -24,8 +24,15 @@ ST = SampleStandIn.Status
 
 
 def _sample(Sample, prompt="What is the capital of France?", label="Paris", index=7, group=3, **kw):
-    return Sample(prompt=prompt, label=label, index=index, group_index=group, session_id="sess-7",
-                  metadata={"source_name": "unit"}, **kw)
+    return Sample(
+        prompt=prompt,
+        label=label,
+        index=index,
+        group_index=group,
+        session_id="sess-7",
+        metadata={"source_name": "unit"},
+        **kw,
+    )
 
 
 def _untimed(x):
@@ -38,10 +45,18 @@ def _untimed(x):
 
 
 def _fields(s):
-    return dict(tokens=s.tokens, response_length=s.response_length, loss_mask=s.loss_mask,
-                rollout_log_probs=s.rollout_log_probs, response=s.response, status=s.status.value,
-                reward=s.reward, remove_sample=s.remove_sample, rollout_id=s.rollout_id,
-                metadata=_untimed(s.metadata))
+    return dict(
+        tokens=s.tokens,
+        response_length=s.response_length,
+        loss_mask=s.loss_mask,
+        rollout_log_probs=s.rollout_log_probs,
+        response=s.response,
+        status=s.status.value,
+        reward=s.reward,
+        remove_sample=s.remove_sample,
+        rollout_id=s.rollout_id,
+        metadata=_untimed(s.metadata),
+    )
 
 
 # ---------------------------------------------------------------------------------------- signatures
@@ -92,8 +107,9 @@ def test_both_paths_agree_field_by_field(slime_kit):
     script = ["I will look.", "A hint.", "Paris"]
     eng = slime_kit.engine(script)
     a = slime_kit.run(slime_kit.target({"policy": eng}), _sample(SampleStandIn), ArgsStandIn())
-    b = slime_kit.run(slime_kit.target({"policy": slime_kit.engine(script)}), _sample(SampleStandInNoAppend),
-                      ArgsStandIn())
+    b = slime_kit.run(
+        slime_kit.target({"policy": slime_kit.engine(script)}), _sample(SampleStandInNoAppend), ArgsStandIn()
+    )
     assert _fields(a) == _fields(b)
     # the append path also keeps slime's per-call statistics, as slime's own multi-turn generate does
     assert a.prefix_cache_info.cached_tokens == 3 * 3
@@ -125,9 +141,9 @@ def test_multiturn_masks_align_with_engine_calls(slime_kit, Sample):
         if sp["kind"] == "generated":
             req = next(calls)
             # token-exact: the sample up to this span is exactly the request, the span its reply
-            assert list(req.input_ids) == got.tokens[:prompt_len + lo]
+            assert list(req.input_ids) == got.tokens[: prompt_len + lo]
             reply = slime_kit.reply(["I will look.", "A hint.", "Paris"][req.call_index])
-            assert got.tokens[prompt_len + lo:prompt_len + hi] == list(reply.output_ids)
+            assert got.tokens[prompt_len + lo : prompt_len + hi] == list(reply.output_ids)
             if sp["mask"] == 1:
                 assert got.rollout_log_probs[lo:hi] == pytest.approx(list(reply.logprobs))
     assert slime_tools.CALLS == ["I will look."]
@@ -166,7 +182,7 @@ def test_abort_mid_graph_stops_at_once(slime_kit, Sample, abort_at):
     assert got.reward == 0.0
     last = got.metadata["graphrl"]["spans"][-1]
     partial = slime_kit.reply(replies[abort_at]).output_ids
-    assert got.tokens[-len(partial):] == list(partial)  # the partial tokens are kept, well-formed
+    assert got.tokens[-len(partial) :] == list(partial)  # the partial tokens are kept, well-formed
     assert len(got.loss_mask) == got.response_length == len(got.rollout_log_probs)
     assert last["node"] == ["think", "hint"][abort_at]
 
@@ -203,8 +219,10 @@ def _fanout_engines(slime_kit, answer="Paris"):
 
 
 def _fanout_args(**kw):
-    base = {"sglang_model_routers": {"helper": ("10.0.0.9", 31000)},
-            "custom_reward_post_process_path": "graphrl_fanout.post_process_rewards"}
+    base = {
+        "sglang_model_routers": {"helper": ("10.0.0.9", 31000)},
+        "custom_reward_post_process_path": "graphrl_fanout.post_process_rewards",
+    }
     return ArgsStandIn(**{**base, **kw})
 
 
@@ -262,11 +280,17 @@ def test_endpoints_from_routers_and_graph_urls(slime_kit):
 
     from graphrl.compilers.slime.adapter import SlimeTarget
 
-    target = SlimeTarget(slime_kit.out / "plan.json", tokenizer_loader=lambda p: slime_kit.tok,
-                         engine_factory=lambda name, url, cfg: seen.setdefault(name, url) and engines[name])
+    target = SlimeTarget(
+        slime_kit.out / "plan.json",
+        tokenizer_loader=lambda p: slime_kit.tok,
+        engine_factory=lambda name, url, cfg: seen.setdefault(name, url) and engines[name],
+    )
     slime_kit.run(target, _sample(SampleStandIn), _fanout_args(sglang_router_ip="10.0.0.1", sglang_router_port=30000))
-    assert seen == {"policy": "http://10.0.0.1:30000", "helper": "http://10.0.0.9:31000",
-                    "critic": "http://127.0.0.1:39999"}
+    assert seen == {
+        "policy": "http://10.0.0.1:30000",
+        "helper": "http://10.0.0.9:31000",
+        "critic": "http://127.0.0.1:39999",
+    }
 
 
 def test_unknown_model_is_an_error_not_a_fallback(slime_kit):
@@ -282,9 +306,17 @@ def test_eval_mode_own_session_and_shared_sampling_untouched(slime_kit):
     slime_kit.compile("single")
     eng = slime_kit.engine(["Paris", "Paris"])
     target = slime_kit.target({"policy": eng})
-    shared = {"temperature": 0.3, "top_p": 1.0, "top_k": 1, "max_new_tokens": 64, "stop": None,
-              "stop_token_ids": None, "skip_special_tokens": False, "no_stop_trim": True,
-              "spaces_between_special_tokens": False}
+    shared = {
+        "temperature": 0.3,
+        "top_p": 1.0,
+        "top_k": 1,
+        "max_new_tokens": 64,
+        "stop": None,
+        "stop_token_ids": None,
+        "skip_special_tokens": False,
+        "no_stop_trim": True,
+        "spaces_between_special_tokens": False,
+    }
     before = copy.deepcopy(shared)
     a = _sample(SampleStandIn, index=0)
     a.session_id = None  # slime's eval path does not set one
@@ -293,8 +325,9 @@ def test_eval_mode_own_session_and_shared_sampling_untouched(slime_kit):
     args = ArgsStandIn()
 
     async def both():
-        await asyncio.gather(target.generate(args, a, shared, evaluation=True),
-                             target.generate(args, b, shared, evaluation=True))
+        await asyncio.gather(
+            target.generate(args, a, shared, evaluation=True), target.generate(args, b, shared, evaluation=True)
+        )
 
     asyncio.run(both())
     assert shared == before  # one dict for all eval samples: only read
@@ -308,15 +341,17 @@ def test_eval_dataset_with_its_own_reward_model_is_left_to_slime(slime_kit):
     slime_kit.compile("single")
     sample = _sample(SampleStandIn)
     sample.custom_rm_path = "evalpkg.rm"  # slime copies an eval dataset's custom_rm_path onto its samples
-    got = slime_kit.run(slime_kit.target({"policy": slime_kit.engine(["Paris"])}), sample, ArgsStandIn(),
-                        evaluation=True)
+    got = slime_kit.run(
+        slime_kit.target({"policy": slime_kit.engine(["Paris"])}), sample, ArgsStandIn(), evaluation=True
+    )
     assert got.reward is None and got.metadata["graphrl"]["rollout_reward"] == 1.0  # slime's async_rm scores it
 
 
 def test_eval_fanout_gives_one_sample_with_the_whole_reward(slime_kit):
     slime_kit.compile("fanout")
-    out = slime_kit.run(slime_kit.target(_fanout_engines(slime_kit)), _sample(SampleStandIn), _fanout_args(),
-                        evaluation=True)
+    out = slime_kit.run(
+        slime_kit.target(_fanout_engines(slime_kit)), _sample(SampleStandIn), _fanout_args(), evaluation=True
+    )
     assert not isinstance(out, list)
     assert out.reward == 1.0 and out.metadata["graphrl"]["num_samples"] == 3
     assert [s["node"] for s in out.metadata["graphrl"]["spans"]] == ["answer"]
@@ -326,43 +361,70 @@ def test_eval_fanout_gives_one_sample_with_the_whole_reward(slime_kit):
 @BOTH
 def test_partial_rollout_sample_restarts_from_the_prompt(slime_kit, Sample):
     slime_kit.compile("single")
-    fresh = slime_kit.run(slime_kit.target({"policy": slime_kit.engine(["Paris"])}), _sample(Sample),
-                          ArgsStandIn(partial_rollout=True))
-    back = _sample(Sample, tokens=[1, 2, 3, 4], response="Par", response_length=2, loss_mask=[0, 0],
-                   rollout_log_probs=[-1.0, -1.0], status=Sample.Status.ABORTED, reward=None)
+    fresh = slime_kit.run(
+        slime_kit.target({"policy": slime_kit.engine(["Paris"])}), _sample(Sample), ArgsStandIn(partial_rollout=True)
+    )
+    back = _sample(
+        Sample,
+        tokens=[1, 2, 3, 4],
+        response="Par",
+        response_length=2,
+        loss_mask=[0, 0],
+        rollout_log_probs=[-1.0, -1.0],
+        status=Sample.Status.ABORTED,
+        reward=None,
+    )
     back.metadata["start_rollout_id"] = 4
-    got = slime_kit.run(slime_kit.target({"policy": slime_kit.engine(["Paris"])}), back,
-                        ArgsStandIn(partial_rollout=True))
+    got = slime_kit.run(
+        slime_kit.target({"policy": slime_kit.engine(["Paris"])}), back, ArgsStandIn(partial_rollout=True)
+    )
     assert _fields(got) == _fields(fresh)
 
 
 def test_partial_rollout_is_refused_for_fanout(slime_kit):
     slime_kit.compile("fanout")
     with pytest.raises(SlimeConfigError, match="--partial-rollout"):
-        slime_kit.run(slime_kit.target(_fanout_engines(slime_kit)), _sample(SampleStandIn),
-                      _fanout_args(partial_rollout=True))
+        slime_kit.run(
+            slime_kit.target(_fanout_engines(slime_kit)), _sample(SampleStandIn), _fanout_args(partial_rollout=True)
+        )
 
 
 # ---------------------------------------------------------------------------------------- flags
 def test_every_incompatible_flag_is_named_at_once(slime_kit):
     slime_kit.compile("fanout")
-    args = _fanout_args(group_rm=True, dynamic_sampling_filter_path="x.f", log_passrate=True,
-                        custom_reward_post_process_path=None, use_dynamic_batch_size=False,
-                        apply_chat_template=True, rollout_top_p=0.9, use_rollout_routing_replay=True)
+    args = _fanout_args(
+        group_rm=True,
+        dynamic_sampling_filter_path="x.f",
+        log_passrate=True,
+        custom_reward_post_process_path=None,
+        use_dynamic_batch_size=False,
+        apply_chat_template=True,
+        rollout_top_p=0.9,
+        use_rollout_routing_replay=True,
+    )
     with pytest.raises(SlimeConfigError) as e:
         slime_kit.run(slime_kit.target(_fanout_engines(slime_kit)), _sample(SampleStandIn), args)
     msg = str(e.value)
-    for flag in ("--group-rm", "--dynamic-sampling-filter-path", "--log-passrate",
-                 "--custom-reward-post-process-path graphrl_fanout.post_process_rewards",
-                 "--use-dynamic-batch-size", "--apply-chat-template", "--rollout-top-p",
-                 "--use-rollout-routing-replay"):
+    for flag in (
+        "--group-rm",
+        "--dynamic-sampling-filter-path",
+        "--log-passrate",
+        "--custom-reward-post-process-path graphrl_fanout.post_process_rewards",
+        "--use-dynamic-batch-size",
+        "--apply-chat-template",
+        "--rollout-top-p",
+        "--use-rollout-routing-replay",
+    ):
         assert flag in msg, flag
 
 
 def test_reward_key_wraps_the_credit(slime_kit):
     slime_kit.compile("single")
-    got = slime_kit.run(slime_kit.target({"policy": slime_kit.engine(["Paris"])}), _sample(SampleStandIn),
-                        ArgsStandIn(reward_key="score"))
+    got = slime_kit.run(
+        slime_kit.target({"policy": slime_kit.engine(["Paris"])}),
+        _sample(SampleStandIn),
+        ArgsStandIn(reward_key="score"),
+    )
     assert got.reward == {"score": 1.0}
 
 
@@ -378,4 +440,3 @@ def test_config_is_converted_once(slime_kit, monkeypatch):
     for i in range(3):
         slime_kit.run(target, _sample(SampleStandIn, index=i), args)
     assert built == [1]
-

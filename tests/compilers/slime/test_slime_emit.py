@@ -22,11 +22,15 @@ import yaml
 from slime_testkit import GRAPHS, REPO
 
 from graphrl.compilers.lower import plan_from_path
-from graphrl.plan import load_plan
 from graphrl.compilers.slime.adapter import SlimeTarget
 from graphrl.compilers.slime.emit import (
-    DEFAULT_TRAIN_ARGS, module_name, rollout_gpus, slime_flags, write_slime_target,
+    DEFAULT_TRAIN_ARGS,
+    module_name,
+    rollout_gpus,
+    slime_flags,
+    write_slime_target,
 )
+from graphrl.plan import load_plan
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("GRAPHRL_UPDATE_GOLDEN") == "1"
@@ -76,7 +80,7 @@ def test_launch_script_is_valid_bash_with_every_flag(name, tmp_path):
     for flag in slime_flags(plan, out):
         assert flag in words, flag
     start = words.index(DEFAULT_TRAIN_ARGS[0])
-    assert tuple(words[start:start + len(DEFAULT_TRAIN_ARGS)]) == DEFAULT_TRAIN_ARGS  # the recipe, in order
+    assert tuple(words[start : start + len(DEFAULT_TRAIN_ARGS)]) == DEFAULT_TRAIN_ARGS  # the recipe, in order
     mod = module_name(plan)
     assert f"{mod}.generate" in words
     if plan.training.fanout:
@@ -123,7 +127,7 @@ def test_sglang_config_for_served_frozen_models(tmp_path):
 def test_sglang_config_loads_with_slimes_own_class(tmp_path):
     try:
         from slime.backends.sglang_utils.sglang_config import SglangConfig
-    except Exception as exc:  # noqa: BLE001 - any import problem means: no usable slime here
+    except Exception as exc:
         pytest.skip(f"slime is not importable ({type(exc).__name__}: {exc}); put a slime checkout on PYTHONPATH")
     out = tmp_path / "out"
     plan, _ = _compile(CASES["fanout"], out)

@@ -61,15 +61,15 @@ def _check_exact(sample, calls):
     replies = {(inp, out): lps for inp, out, lps in calls}
     for sp in sample.metadata["graphrl"]["spans"]:
         lo, hi = prompt_len + sp["start"], prompt_len + sp["end"]
-        assert set(sample.loss_mask[sp["start"]:sp["end"]]) == {sp["mask"]}
+        assert set(sample.loss_mask[sp["start"] : sp["end"]]) == {sp["mask"]}
         if sp["kind"] != "generated":
-            assert sp["mask"] == 0 and not any(sample.rollout_log_probs[sp["start"]:sp["end"]])
+            assert sp["mask"] == 0 and not any(sample.rollout_log_probs[sp["start"] : sp["end"]])
             continue
         key = (tuple(sample.tokens[:lo]), tuple(sample.tokens[lo:hi]))
         if key not in replies:  # a reply that ended with a stop token the template consumed keeps it
             raise AssertionError(f"span {sp} is not a reply the server sent for exactly its prefix")
         if sp["mask"] == 1:
-            assert sample.rollout_log_probs[sp["start"]:sp["end"]] == pytest.approx(list(replies[key]))
+            assert sample.rollout_log_probs[sp["start"] : sp["end"]] == pytest.approx(list(replies[key]))
 
 
 def test_multiturn_rollouts_over_http_are_token_exact(slime_kit, tiny_server, tiny_checkpoint):
@@ -80,15 +80,25 @@ def test_multiturn_rollouts_over_http_are_token_exact(slime_kit, tiny_server, ti
     recorders = {}
     target = _target(out, tiny_server, recorders)
     args = _args(tiny_server, tiny_checkpoint)
-    samples = [SampleStandIn(prompt=f"Question {i}?", label="x", index=i, group_index=i // 4, session_id=f"s{i}")
-               for i in range(8)]
-    sampling = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": 1024,
-                "skip_special_tokens": False, "no_stop_trim": True, "spaces_between_special_tokens": False}
+    samples = [
+        SampleStandIn(prompt=f"Question {i}?", label="x", index=i, group_index=i // 4, session_id=f"s{i}")
+        for i in range(8)
+    ]
+    sampling = {
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "top_k": -1,
+        "max_new_tokens": 1024,
+        "skip_special_tokens": False,
+        "no_stop_trim": True,
+        "spaces_between_special_tokens": False,
+    }
 
     async def main():
         try:
-            return await asyncio.gather(*(target.generate(args, s, dict(sampling, sampling_seed=i))
-                                          for i, s in enumerate(samples)))
+            return await asyncio.gather(
+                *(target.generate(args, s, dict(sampling, sampling_seed=i)) for i, s in enumerate(samples))
+            )
         finally:
             await target.close()
 
@@ -98,8 +108,11 @@ def test_multiturn_rollouts_over_http_are_token_exact(slime_kit, tiny_server, ti
     for s in got:
         assert s.status.value in ("completed", "truncated") and s.rollout_id == s.index
         _check_exact(s, calls)
-        assert [sp["node"] for sp in s.metadata["graphrl"]["spans"] if sp["kind"] == "generated"] == \
-            ["think", "hint", "answer"]
+        assert [sp["node"] for sp in s.metadata["graphrl"]["spans"] if sp["kind"] == "generated"] == [
+            "think",
+            "hint",
+            "answer",
+        ]
 
 
 def test_fanout_over_http(slime_kit, tiny_server, tiny_checkpoint):
@@ -107,8 +120,12 @@ def test_fanout_over_http(slime_kit, tiny_server, tiny_checkpoint):
     recorders = {}
     target = _target(out, tiny_server, recorders)
     host, port = tiny_server.removeprefix("http://").split(":")
-    args = _args(tiny_server, tiny_checkpoint, custom_reward_post_process_path="graphrl_fanout.post_process_rewards",
-                 sglang_model_routers={"helper": (host, int(port)), "critic": (host, int(port))})
+    args = _args(
+        tiny_server,
+        tiny_checkpoint,
+        custom_reward_post_process_path="graphrl_fanout.post_process_rewards",
+        sglang_model_routers={"helper": (host, int(port)), "critic": (host, int(port))},
+    )
     sample = SampleStandIn(prompt="Name a river.", label="Nile", index=42, group_index=1, session_id="f")
 
     async def main():
@@ -134,8 +151,11 @@ def test_server_abort_ends_the_rollout_at_once(slime_kit, tiny_server, tiny_chec
     src = slime_kit.tmp / "long.yaml"
     from slime_testkit import GRAPHS
 
-    src.write_text((GRAPHS / "multiturn.yaml").read_text().replace("max_tokens: 12\n    next: look",
-                                                                   "max_tokens: 20000\n    next: look"))
+    src.write_text(
+        (GRAPHS / "multiturn.yaml")
+        .read_text()
+        .replace("max_tokens: 12\n    next: look", "max_tokens: 20000\n    next: look")
+    )
     out = slime_kit.compile(src, out="long")
     recorders = {}
     target = _target(out, tiny_server, recorders)
@@ -143,8 +163,7 @@ def test_server_abort_ends_the_rollout_at_once(slime_kit, tiny_server, tiny_chec
     sample = SampleStandIn(prompt="Write a lot.", label="x", index=3, group_index=0, session_id="a")
 
     async def main():
-        task = asyncio.create_task(target.generate(args, sample, {"temperature": 1.0, "top_k": -1,
-                                                                   "sampling_seed": 1}))
+        task = asyncio.create_task(target.generate(args, sample, {"temperature": 1.0, "top_k": -1, "sampling_seed": 1}))
         await asyncio.sleep(1.0)
         async with aiohttp.ClientSession() as http:  # what slime's abort does to every server
             async with http.post(tiny_server + "/abort_request", json={"rid": "", "abort_all": True}) as r:

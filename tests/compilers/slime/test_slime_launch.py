@@ -24,7 +24,7 @@ from graphrl.cli import EXIT_MISSING_DEP, EXIT_USAGE, main
 from graphrl.compilers.lower import plan_from_path
 from graphrl.compilers.slime.emit import DEFAULT_TRAIN_ARGS, slime_flags
 
-FAKE_RAY = '''#!{python}
+FAKE_RAY = """#!{python}
 import json, os, signal, sys, time
 args = sys.argv[1:]
 with open(os.environ["FAKE_RAY_LOG"], "a") as f:
@@ -44,7 +44,7 @@ if args[:2] == ["job", "stop"]:
     if pidfile and os.path.exists(pidfile):
         os.kill(int(open(pidfile).read()), signal.SIGTERM)
 sys.exit(0)
-'''
+"""
 
 MODEL_SCRIPT = """MODEL_ARGS=(
    --num-layers 2
@@ -70,8 +70,15 @@ def env(tmp_path):
     ray.write_text(FAKE_RAY.format(python=sys.executable))
     ray.chmod(0o755)
     log = tmp_path / "ray.log"
-    return {"slime": slime, "hf": hf, "data": data, "bin": bin_dir, "log": log, "tmp": tmp_path,
-            "vars": {"FAKE_RAY_LOG": str(log), "FAKE_RAY_PIDFILE": str(tmp_path / "submit.pid")}}
+    return {
+        "slime": slime,
+        "hf": hf,
+        "data": data,
+        "bin": bin_dir,
+        "log": log,
+        "tmp": tmp_path,
+        "vars": {"FAKE_RAY_LOG": str(log), "FAKE_RAY_PIDFILE": str(tmp_path / "submit.pid")},
+    }
 
 
 def _no_ray_path() -> str:
@@ -79,8 +86,19 @@ def _no_ray_path() -> str:
 
 
 def _argv(env, graph="graphs/hello.yaml", *extra, out=None):
-    return ["launch", graph, "--slime-dir", str(env["slime"]), "--hf-checkpoint", str(env["hf"]),
-            "--data", str(env["data"]), "--out", str(out or env["tmp"] / "build"), *extra]
+    return [
+        "launch",
+        graph,
+        "--slime-dir",
+        str(env["slime"]),
+        "--hf-checkpoint",
+        str(env["hf"]),
+        "--data",
+        str(env["data"]),
+        "--out",
+        str(out or env["tmp"] / "build"),
+        *extra,
+    ]
 
 
 def _calls(env):
@@ -89,9 +107,14 @@ def _calls(env):
 
 def _spawn(env, argv, submit="ok"):
     path = f"{env['bin']}{os.pathsep}{os.environ['PATH']}"
-    return subprocess.Popen([sys.executable, "-m", "graphrl.cli", *argv], cwd=REPO, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, **env["vars"], "PATH": path, "FAKE_RAY_SUBMIT": submit})
+    return subprocess.Popen(
+        [sys.executable, "-m", "graphrl.cli", *argv],
+        cwd=REPO,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, **env["vars"], "PATH": path, "FAKE_RAY_SUBMIT": submit},
+    )
 
 
 # ---------------------------------------------------------------------------------------- dry run
@@ -102,21 +125,28 @@ def test_dry_run_prints_the_exact_commands(env, monkeypatch):
     lines = [line for line in res.stdout.splitlines() if not line.startswith("#")]
     preflight, start, submit = (shlex.split(line) for line in lines)
     assert preflight[-1] == "import graphrl.compilers.slime.adapter, graphrl_memagent"
-    assert start[1:] == ["start", "--head", "--node-ip-address", "127.0.0.1", "--num-gpus", "1",
-                         "--disable-usage-stats"]
+    assert start[1:] == [
+        "start",
+        "--head",
+        "--node-ip-address",
+        "127.0.0.1",
+        "--num-gpus",
+        "1",
+        "--disable-usage-stats",
+    ]
     assert submit[1:3] == ["job", "submit"]
     runtime = json.loads(next(w for w in submit if w.startswith("--runtime-env-json=")).split("=", 1)[1])
     out = (env["tmp"] / "build").resolve()
     assert runtime["env_vars"]["PYTHONPATH"].split(":") == ["/root/Megatron-LM", str(out), str(REPO / "graphs")]
-    train = submit[submit.index("--") + 1:]
+    train = submit[submit.index("--") + 1 :]
     assert train[:2] == ["python3", str(env["slime"].resolve() / "train.py")]
-    assert train[train.index("--colocate") + 1:][:5] == ["--num-layers", "2", "--hidden-size", "64", "--normalization"]
+    assert train[train.index("--colocate") + 1 :][:5] == ["--num-layers", "2", "--hidden-size", "64", "--normalization"]
     plan, _ = plan_from_path("graphs/memagent.yaml")
     flags = slime_flags(plan, out)
     i = train.index(flags[0])
-    assert train[i:i + len(flags)] == flags  # the same graph flags launch.sh holds
+    assert train[i : i + len(flags)] == flags  # the same graph flags launch.sh holds
     j = train.index(DEFAULT_TRAIN_ARGS[0])
-    assert tuple(train[j:j + len(DEFAULT_TRAIN_ARGS)]) == DEFAULT_TRAIN_ARGS
+    assert tuple(train[j : j + len(DEFAULT_TRAIN_ARGS)]) == DEFAULT_TRAIN_ARGS
     assert train[-2:] == ["--num-rollout", "10"]  # extra flags last
     assert (out / "graphrl_memagent.py").exists() and (out / "launch.sh").exists()
     assert "ray job stop" in res.stdout and "ray stop" in res.stdout
@@ -160,8 +190,10 @@ def test_job_python_without_graphrl_exits_4(env):
 
 def test_flags_a_fanout_graph_cannot_use_are_a_usage_error(env, monkeypatch):
     monkeypatch.chdir(REPO)
-    res = CliRunner().invoke(main, _argv(env, "graphs/memagent.yaml", "--dry-run", "--", "--group-rm",
-                                         "--dynamic-sampling-filter-path", "x.y"))
+    res = CliRunner().invoke(
+        main,
+        _argv(env, "graphs/memagent.yaml", "--dry-run", "--", "--group-rm", "--dynamic-sampling-filter-path", "x.y"),
+    )
     assert res.exit_code == EXIT_USAGE
     assert "--group-rm" in res.stderr and "--dynamic-sampling-filter-path" in res.stderr
 
@@ -214,10 +246,20 @@ def test_launch_sh_runs_the_same_command(env):
     from_launch = _calls(env)[1]
     env["log"].unlink()
     script = env["tmp"] / "build" / "launch.sh"
-    res = subprocess.run(["bash", str(script)], cwd=env["tmp"], capture_output=True, text=True,
-                         env={**os.environ, **env["vars"], "PATH": f"{env['bin']}{os.pathsep}{os.environ['PATH']}",
-                              "SLIME_DIR": str(env["slime"].resolve()), "HF_CHECKPOINT": str(env["hf"].resolve()),
-                              "PROMPT_DATA": str(env["data"].resolve())})
+    res = subprocess.run(
+        ["bash", str(script)],
+        cwd=env["tmp"],
+        capture_output=True,
+        text=True,
+        env={
+            **os.environ,
+            **env["vars"],
+            "PATH": f"{env['bin']}{os.pathsep}{os.environ['PATH']}",
+            "SLIME_DIR": str(env["slime"].resolve()),
+            "HF_CHECKPOINT": str(env["hf"].resolve()),
+            "PROMPT_DATA": str(env["data"].resolve()),
+        },
+    )
     assert res.returncode == 0, res.stderr
     calls = _calls(env)
     from_script = calls[1]

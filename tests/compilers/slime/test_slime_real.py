@@ -34,9 +34,12 @@ try:
     from slime.utils.dp_schedule import build_dp_schedule
     from slime.utils.misc import load_function
     from slime.utils.types import Sample
-except Exception as exc:  # noqa: BLE001 - any import failure: no usable slime here
-    pytest.skip(f"slime is not importable ({type(exc).__name__}: {exc}); put a THUDM/slime checkout and its "
-                "rollout deps on PYTHONPATH to run these", allow_module_level=True)
+except Exception as exc:
+    pytest.skip(
+        f"slime is not importable ({type(exc).__name__}: {exc}); put a THUDM/slime checkout and its "
+        "rollout deps on PYTHONPATH to run these",
+        allow_module_level=True,
+    )
 if not hasattr(Sample, "append_response_tokens"):
     pytest.skip("the importable 'slime' is not THUDM/slime (no Sample.append_response_tokens)", allow_module_level=True)
 
@@ -49,20 +52,50 @@ def _args_for(out: Path, url: str, checkpoint: Path, **kw) -> Namespace:
     host, port = url.removeprefix("http://").split(":")
     mod = next(out.glob("graphrl_*.py")).stem
     args = Namespace(
-        hf_checkpoint=str(checkpoint), sglang_router_ip=host, sglang_router_port=int(port),
-        sglang_model_routers=None, sglang_server_concurrency=16, rollout_num_gpus=1,
-        rollout_num_gpus_per_engine=1, sglang_dp_size=None, rollout_temperature=1.0, rollout_top_p=1.0,
-        rollout_top_k=-1, rollout_max_response_len=64, rollout_max_context_len=None, rollout_stop=None,
-        rollout_stop_token_ids=None, rollout_skip_special_tokens=False, n_samples_per_prompt=4,
-        rollout_batch_size=2, sglang_enable_deterministic_inference=False, rollout_seed=42,
-        partial_rollout=False, mask_offpolicy_in_partial_rollout=False, group_rm=False, ci_test=False,
-        custom_generate_function_path=f"{mod}.generate", custom_rm_path=f"{mod}.reward_func",
-        custom_reward_post_process_path=f"{mod}.post_process_rewards", rollout_sample_hook_path=None,
-        dynamic_sampling_filter_path=None, use_dynamic_batch_size=True, max_tokens_per_gpu=4096,
-        micro_batch_size=1, balance_data=False, balance_by_flops=False, log_passrate=False,
-        apply_chat_template=False, use_rollout_routing_replay=False, reward_key=None, router_policy=None,
-        advantage_estimator="grpo", rewards_normalization=True, grpo_std_normalization=True,
-        sglang_speculative_algorithm=None)
+        hf_checkpoint=str(checkpoint),
+        sglang_router_ip=host,
+        sglang_router_port=int(port),
+        sglang_model_routers=None,
+        sglang_server_concurrency=16,
+        rollout_num_gpus=1,
+        rollout_num_gpus_per_engine=1,
+        sglang_dp_size=None,
+        rollout_temperature=1.0,
+        rollout_top_p=1.0,
+        rollout_top_k=-1,
+        rollout_max_response_len=64,
+        rollout_max_context_len=None,
+        rollout_stop=None,
+        rollout_stop_token_ids=None,
+        rollout_skip_special_tokens=False,
+        n_samples_per_prompt=4,
+        rollout_batch_size=2,
+        sglang_enable_deterministic_inference=False,
+        rollout_seed=42,
+        partial_rollout=False,
+        mask_offpolicy_in_partial_rollout=False,
+        group_rm=False,
+        ci_test=False,
+        custom_generate_function_path=f"{mod}.generate",
+        custom_rm_path=f"{mod}.reward_func",
+        custom_reward_post_process_path=f"{mod}.post_process_rewards",
+        rollout_sample_hook_path=None,
+        dynamic_sampling_filter_path=None,
+        use_dynamic_batch_size=True,
+        max_tokens_per_gpu=4096,
+        micro_batch_size=1,
+        balance_data=False,
+        balance_by_flops=False,
+        log_passrate=False,
+        apply_chat_template=False,
+        use_rollout_routing_replay=False,
+        reward_key=None,
+        router_policy=None,
+        advantage_estimator="grpo",
+        rewards_normalization=True,
+        grpo_std_normalization=True,
+        sglang_speculative_algorithm=None,
+    )
     for k, v in kw.items():
         setattr(args, k, v)
     for k, v in (yaml.safe_load((out / "slime_args.yaml").read_text()) or {}).items():
@@ -106,12 +139,18 @@ def test_real_fanout_passes_slimes_rollout_id_validation_and_dp_schedule(slime_k
     slime_kit.compile("fanout")
     rollouts = []
     for index in range(4):
-        engines = {"policy": slime_kit.engine(lambda p, i: "Paris" if "Answer" in p else f"draft {i}"),
-                   "critic": slime_kit.engine(["no", "yes"] if index % 2 else ["yes"]),
-                   "helper": slime_kit.engine(["rivers"])}
-        args = Namespace(sglang_router_ip="127.0.0.1", sglang_router_port=1, hf_checkpoint="qwen",
-                         sglang_model_routers={"helper": ("127.0.0.1", 2)},
-                         custom_reward_post_process_path="graphrl_fanout.post_process_rewards")
+        engines = {
+            "policy": slime_kit.engine(lambda p, i: "Paris" if "Answer" in p else f"draft {i}"),
+            "critic": slime_kit.engine(["no", "yes"] if index % 2 else ["yes"]),
+            "helper": slime_kit.engine(["rivers"]),
+        }
+        args = Namespace(
+            sglang_router_ip="127.0.0.1",
+            sglang_router_port=1,
+            hf_checkpoint="qwen",
+            sglang_model_routers={"helper": ("127.0.0.1", 2)},
+            custom_reward_post_process_path="graphrl_fanout.post_process_rewards",
+        )
         s = Sample(prompt="Capital of France?", label="Paris", index=index, group_index=index // 2)
         rollouts.append(slime_kit.run(slime_kit.target(engines), s, args))
     assert [len(r) for r in rollouts] == [2, 3, 2, 3]
@@ -125,51 +164,82 @@ def test_real_fanout_passes_slimes_rollout_id_validation_and_dp_schedule(slime_k
     with pytest.raises(AssertionError, match="share rollout_id"):
         validate_rollout_id_annotated(broken)
     flat = list(itertools.chain.from_iterable(itertools.chain.from_iterable(groups)))
-    sched_args = Namespace(use_dynamic_batch_size=True, max_tokens_per_gpu=4096, micro_batch_size=1,
-                           balance_data=False, balance_by_flops=False)
+    sched_args = Namespace(
+        use_dynamic_batch_size=True,
+        max_tokens_per_gpu=4096,
+        micro_batch_size=1,
+        balance_data=False,
+        balance_by_flops=False,
+    )
     config = {"dp_size": 1, "cp_size": 1, "vpp_size": 1, "microbatch_group_size_per_vp_stage": 1}
-    partitions, _, _, sizes = build_dp_schedule(sched_args, config, [len(s.tokens) for s in flat],
-                                                global_batch_size=2, rollout_indices=[s.rollout_id for s in flat])
+    partitions, _, _, sizes = build_dp_schedule(
+        sched_args,
+        config,
+        [len(s.tokens) for s in flat],
+        global_batch_size=2,
+        rollout_indices=[s.rollout_id for s in flat],
+    )
     assert sizes == [2, 2] and sorted(partitions[0]) == list(range(len(flat)))  # 4 rollouts, not 10 samples
 
 
 # ---------------------------------------------------------------------------------------- slime's rollout loop, HTTP
-def test_generate_and_rm_group_calls_the_compiled_generate(slime_kit, tiny_server, tiny_checkpoint, fresh_state,
-                                                           monkeypatch):
+def test_generate_and_rm_group_calls_the_compiled_generate(
+    slime_kit, tiny_server, tiny_checkpoint, fresh_state, monkeypatch
+):
     out = slime_kit.compile("multiturn")
     monkeypatch.syspath_prepend(str(out))
     args = _args_for(out, tiny_server, tiny_checkpoint)
     state = sglang_rollout.GenerateState(args)
-    group = [Sample(prompt="What is 2+2?", label="4", index=i, group_index=0, metadata={"source_name": "t"})
-             for i in range(args.n_samples_per_prompt)]
-    got = asyncio.run(sglang_rollout.generate_and_rm_group(args, group, sampling_params=state.sampling_params.copy(),
-                                                           evaluation=False))
+    group = [
+        Sample(prompt="What is 2+2?", label="4", index=i, group_index=0, metadata={"source_name": "t"})
+        for i in range(args.n_samples_per_prompt)
+    ]
+    got = asyncio.run(
+        sglang_rollout.generate_and_rm_group(
+            args, group, sampling_params=state.sampling_params.copy(), evaluation=False
+        )
+    )
     assert len(got) == args.n_samples_per_prompt
     for i, s in enumerate(got):
         _check(s)
         assert s.index == i and s.rollout_id == i and s.session_id  # slime's session id reached generate
         assert s.status in (Sample.Status.COMPLETED, Sample.Status.TRUNCATED)
-        assert [sp["node"] for sp in s.metadata["graphrl"]["spans"] if sp["kind"] == "generated"] == \
-            ["think", "hint", "answer"]
+        assert [sp["node"] for sp in s.metadata["graphrl"]["spans"] if sp["kind"] == "generated"] == [
+            "think",
+            "hint",
+            "answer",
+        ]
     validate_rollout_id_annotated([got])
     raw, norm = load_function(args.custom_reward_post_process_path)(args, got)
     assert len(raw) == len(norm) == len(got)
 
 
-def test_generate_and_rm_group_with_fanout_and_post_process(slime_kit, tiny_server, tiny_checkpoint, fresh_state,
-                                                            monkeypatch):
+def test_generate_and_rm_group_with_fanout_and_post_process(
+    slime_kit, tiny_server, tiny_checkpoint, fresh_state, monkeypatch
+):
     out = slime_kit.compile("fanout")
     monkeypatch.syspath_prepend(str(out))
     host, port = tiny_server.removeprefix("http://").split(":")
-    args = _args_for(out, tiny_server, tiny_checkpoint,
-                     sglang_model_routers={"helper": (host, int(port)), "critic": (host, int(port))})
+    args = _args_for(
+        out,
+        tiny_server,
+        tiny_checkpoint,
+        sglang_model_routers={"helper": (host, int(port)), "critic": (host, int(port))},
+    )
     state = sglang_rollout.GenerateState(args)
     groups = []
     for g in range(args.rollout_batch_size):
-        group = [Sample(prompt=f"Name river {g}.", label="Nile", index=g * 4 + i, group_index=g)
-                 for i in range(args.n_samples_per_prompt)]
-        groups.append(asyncio.run(sglang_rollout.generate_and_rm_group(
-            args, group, sampling_params=state.sampling_params.copy(), evaluation=False)))
+        group = [
+            Sample(prompt=f"Name river {g}.", label="Nile", index=g * 4 + i, group_index=g)
+            for i in range(args.n_samples_per_prompt)
+        ]
+        groups.append(
+            asyncio.run(
+                sglang_rollout.generate_and_rm_group(
+                    args, group, sampling_params=state.sampling_params.copy(), evaluation=False
+                )
+            )
+        )
     validate_rollout_id_annotated(groups)
     for group in groups:
         assert len(group) == args.n_samples_per_prompt  # slime asserts this per group
@@ -182,26 +252,37 @@ def test_generate_and_rm_group_with_fanout_and_post_process(slime_kit, tiny_serv
     raw, norm = load_function(args.custom_reward_post_process_path)(args, flat)
     assert len(raw) == len(norm) == len(flat)
     config = {"dp_size": 1, "cp_size": 1, "vpp_size": 1, "microbatch_group_size_per_vp_stage": 1}
-    _, _, _, sizes = build_dp_schedule(args, config, [len(s.tokens) for s in flat], global_batch_size=8,
-                                       rollout_indices=[s.rollout_id for s in flat])
+    _, _, _, sizes = build_dp_schedule(
+        args, config, [len(s.tokens) for s in flat], global_batch_size=8, rollout_indices=[s.rollout_id for s in flat]
+    )
     assert sizes == [8]
 
 
-def test_eval_through_generate_and_rm_shares_one_sampling_dict(slime_kit, tiny_server, tiny_checkpoint,
-                                                               fresh_state, monkeypatch):
+def test_eval_through_generate_and_rm_shares_one_sampling_dict(
+    slime_kit, tiny_server, tiny_checkpoint, fresh_state, monkeypatch
+):
     out = slime_kit.compile("single")
     monkeypatch.syspath_prepend(str(out))
     args = _args_for(out, tiny_server, tiny_checkpoint)
     sglang_rollout.GenerateState(args)
-    shared = {"temperature": 0.0, "top_p": 1.0, "top_k": 1, "max_new_tokens": 16, "stop": None,
-              "stop_token_ids": None, "skip_special_tokens": False, "no_stop_trim": True,
-              "spaces_between_special_tokens": False}
+    shared = {
+        "temperature": 0.0,
+        "top_p": 1.0,
+        "top_k": 1,
+        "max_new_tokens": 16,
+        "stop": None,
+        "stop_token_ids": None,
+        "skip_special_tokens": False,
+        "no_stop_trim": True,
+        "spaces_between_special_tokens": False,
+    }
     before = copy.deepcopy(shared)
     samples = [Sample(prompt="Say hi.", label="hi", index=i) for i in range(3)]
 
     async def main():
-        return await asyncio.gather(*(sglang_rollout.generate_and_rm(args, s, sampling_params=shared, evaluation=True)
-                                      for s in samples))
+        return await asyncio.gather(
+            *(sglang_rollout.generate_and_rm(args, s, sampling_params=shared, evaluation=True) for s in samples)
+        )
 
     got = asyncio.run(main())
     assert shared == before
@@ -211,21 +292,34 @@ def test_eval_through_generate_and_rm_shares_one_sampling_dict(slime_kit, tiny_s
         assert s.session_id is None  # slime's eval sets none; graphrl made its own for routing
 
 
-def test_partial_rollout_resumed_sample_restarts_from_its_prompt(slime_kit, tiny_server, tiny_checkpoint,
-                                                                 fresh_state, monkeypatch):
+def test_partial_rollout_resumed_sample_restarts_from_its_prompt(
+    slime_kit, tiny_server, tiny_checkpoint, fresh_state, monkeypatch
+):
     out = slime_kit.compile("single")
     monkeypatch.syspath_prepend(str(out))
     args = _args_for(out, tiny_server, tiny_checkpoint, partial_rollout=True, mask_offpolicy_in_partial_rollout=True)
     state = sglang_rollout.GenerateState(args)
     fresh = Sample(prompt="Say hi.", label="hi", index=0, group_index=0)
-    back = Sample(prompt="Say hi.", label="hi", index=1, group_index=0, tokens=[1, 2, 3, 4, 5], response="xy",
-                  response_length=2, loss_mask=[1, 1], rollout_log_probs=[-1.0, -2.0],
-                  status=Sample.Status.ABORTED, metadata={"start_rollout_id": 3})
+    back = Sample(
+        prompt="Say hi.",
+        label="hi",
+        index=1,
+        group_index=0,
+        tokens=[1, 2, 3, 4, 5],
+        response="xy",
+        response_length=2,
+        loss_mask=[1, 1],
+        rollout_log_probs=[-1.0, -2.0],
+        status=Sample.Status.ABORTED,
+        metadata={"start_rollout_id": 3},
+    )
     params = dict(state.sampling_params, temperature=0.0)
 
     async def main():
-        return await asyncio.gather(sglang_rollout.generate_and_rm(args, fresh, dict(params)),
-                                    sglang_rollout.generate_and_rm(args, back, dict(params)))
+        return await asyncio.gather(
+            sglang_rollout.generate_and_rm(args, fresh, dict(params)),
+            sglang_rollout.generate_and_rm(args, back, dict(params)),
+        )
 
     a, b = asyncio.run(main())
     _check(a)
@@ -241,34 +335,53 @@ def _contract(test_file: str, flag: str, dotted: str, paths: list[str]) -> subpr
     path = SLIME_ROOT / "tests" / "plugin_contracts" / test_file
     if not path.exists():
         pytest.skip(f"{path} is not in this slime checkout")
-    code = ("import os, sys, runpy, transformers; sys.argv = sys.argv[1:]; "
-            "sys.path.insert(0, os.path.dirname(sys.argv[0])); runpy.run_path(sys.argv[0], run_name='__main__')")
+    code = (
+        "import os, sys, runpy, transformers; sys.argv = sys.argv[1:]; "
+        "sys.path.insert(0, os.path.dirname(sys.argv[0])); runpy.run_path(sys.argv[0], run_name='__main__')"
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths + [os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-c", code, str(path), flag, dotted, "-q", "-p", "no:cacheprovider"],
-                          capture_output=True, text=True, env=env, cwd=str(SLIME_ROOT), timeout=600)
+    return subprocess.run(
+        [sys.executable, "-c", code, str(path), flag, dotted, "-q", "-p", "no:cacheprovider"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(SLIME_ROOT),
+        timeout=600,
+    )
 
 
 def _contract_graph(slime_kit, url: str) -> Path:
     """The single graph with the policy's url and tokenizer in the graph: slime's contract tests call
     generate with a bare args object (no router, no hf_checkpoint)."""
     src = slime_kit.tmp / "contract.yaml"
-    text = (GRAPHS / "single.yaml").read_text().replace(
-        "name: single\n", f"name: contract\nmodels:\n  policy: {{url: '{url}', tokenizer: qwen}}\n")
+    text = (
+        (GRAPHS / "single.yaml")
+        .read_text()
+        .replace("name: single\n", f"name: contract\nmodels:\n  policy: {{url: '{url}', tokenizer: qwen}}\n")
+    )
     src.write_text(text)
     return slime_kit.compile(src, out="contract")
 
 
 def test_slime_plugin_generate_contracts(slime_kit, tiny_server):
     out = _contract_graph(slime_kit, tiny_server)
-    res = _contract("test_plugin_generate_contracts.py", "--custom-generate-function-path",
-                    "graphrl_contract.generate", [str(out), str(REPO)])
+    res = _contract(
+        "test_plugin_generate_contracts.py",
+        "--custom-generate-function-path",
+        "graphrl_contract.generate",
+        [str(out), str(REPO)],
+    )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert " passed" in res.stdout and "failed" not in res.stdout
 
 
 def test_slime_plugin_path_loading_contracts_for_reward_func(slime_kit, tiny_server):
     out = _contract_graph(slime_kit, tiny_server)
-    res = _contract("test_plugin_path_loading_contracts.py", "--custom-rm-path", "graphrl_contract.reward_func",
-                    [str(out), str(REPO)])
+    res = _contract(
+        "test_plugin_path_loading_contracts.py",
+        "--custom-rm-path",
+        "graphrl_contract.reward_func",
+        [str(out), str(REPO)],
+    )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert " passed" in res.stdout and "failed" not in res.stdout

@@ -8,7 +8,6 @@ case must count each rollout once whatever its number of samples.
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
 
 import pytest
 from slime_standin import ArgsStandIn, SampleStandIn
@@ -31,18 +30,28 @@ def _rollout(group, rid, reward, n, credit="even", status="completed"):
     share = reward / n if credit == "even" else reward
     out = []
     for i in range(n):
-        s = SampleStandIn(index=rid, group_index=group, rollout_id=rid,
-                          reward=share if status in ("completed", "truncated") else 0.0)
-        s.metadata = {"graphrl": {"status": status, "num_samples": n, "credit": credit,
-                                  "rollout_reward": reward if status in ("completed", "truncated") else None}}
+        s = SampleStandIn(
+            index=rid, group_index=group, rollout_id=rid, reward=share if status in ("completed", "truncated") else 0.0
+        )
+        s.metadata = {
+            "graphrl": {
+                "status": status,
+                "num_samples": n,
+                "credit": credit,
+                "rollout_reward": reward if status in ("completed", "truncated") else None,
+            }
+        }
         out.append(s)
     return out
 
 
 def _slime_default(raw, n_per_prompt, batch):
     rewards = torch.tensor(raw, dtype=torch.float)
-    rewards = rewards.reshape(-1, n_per_prompt) if rewards.shape[-1] == n_per_prompt * batch else \
-        rewards.view(-1, rewards.shape[-1])
+    rewards = (
+        rewards.reshape(-1, n_per_prompt)
+        if rewards.shape[-1] == n_per_prompt * batch
+        else rewards.view(-1, rewards.shape[-1])
+    )
     rewards = rewards - rewards.mean(dim=-1, keepdim=True)
     rewards = rewards / (rewards.std(dim=-1, keepdim=True) + 1e-6)
     return rewards.flatten().tolist()
@@ -60,8 +69,13 @@ def test_uniform_groups_match_slimes_default():
 def test_fanout_counts_each_rollout_once_and_credits_even():
     plan = _plan("fanout")  # credit: even
     # group 0: rollouts with 1, 3 and 2 samples, rewards 1, 0, 1; group 1: 5 samples vs 1 sample
-    samples = (_rollout(0, 10, 1.0, 1) + _rollout(0, 11, 0.0, 3) + _rollout(0, 12, 1.0, 2)
-               + _rollout(1, 20, 0.0, 5) + _rollout(1, 21, 1.0, 1))
+    samples = (
+        _rollout(0, 10, 1.0, 1)
+        + _rollout(0, 11, 0.0, 3)
+        + _rollout(0, 12, 1.0, 2)
+        + _rollout(1, 20, 0.0, 5)
+        + _rollout(1, 21, 1.0, 1)
+    )
     raw, norm = post_process(ArgsStandIn(), samples, plan)
     assert raw == [1.0] + [0.0] * 3 + [1.0] * 2 + [0.0] * 5 + [1.0]  # the rollout's reward per sample
     g0 = torch.tensor([1.0, 0.0, 1.0])
@@ -75,10 +89,14 @@ def test_fanout_counts_each_rollout_once_and_credits_even():
 
 
 def test_broadcast_and_failed_rollouts_still_count():
-    plan = _plan("fanout").model_copy(update={"reward": _plan("fanout").reward.model_copy(
-        update={"credit": "broadcast"})})
-    samples = _rollout(0, 1, 1.0, 2, "broadcast") + _rollout(0, 2, 0.0, 1, "broadcast", status="failed") + \
-        _rollout(0, 3, 1.0, 3, "broadcast")
+    plan = _plan("fanout").model_copy(
+        update={"reward": _plan("fanout").reward.model_copy(update={"credit": "broadcast"})}
+    )
+    samples = (
+        _rollout(0, 1, 1.0, 2, "broadcast")
+        + _rollout(0, 2, 0.0, 1, "broadcast", status="failed")
+        + _rollout(0, 3, 1.0, 3, "broadcast")
+    )
     raw, norm = post_process(ArgsStandIn(), samples, plan)
     g = torch.tensor([1.0, 0.0, 1.0])
     a = ((g - g.mean()) / (g.std() + 1e-6)).tolist()
@@ -109,8 +127,18 @@ def test_dict_rewards_and_samples_scored_by_slime():
 
 
 def _orchestra_rollout(group, rid, correct, cost, latency, expert_calls, n_turns, pref_vec):
-    calls = [{"node": "orchestrate", "visit": 1, "endpoint": "policy", "prompt_tokens": 10, "completion_tokens": 5,
-              "latency_s": latency, "cost": cost, "finish_reason": "stop"}]
+    calls = [
+        {
+            "node": "orchestrate",
+            "visit": 1,
+            "endpoint": "policy",
+            "prompt_tokens": 10,
+            "completion_tokens": 5,
+            "latency_s": latency,
+            "cost": cost,
+            "finish_reason": "stop",
+        }
+    ]
     out = _rollout(group, rid, 1.0 if correct else 0.0, n_turns, "broadcast")
     out[0].metadata["graphrl"].update(rollout_calls=calls, state={"expert_calls": expert_calls})
     for s in out:
@@ -126,13 +154,22 @@ def test_toolorchestra_preference_group_reward():
 
     plan, _ = load("graphs/toolorchestra.yaml")
     weights = {"accuracy": 1, "cost": 0.5, "latency": 0.25, "expert-1": 0.2}
-    data = [(True, 0.02, 4.0, {"expert-1": 1}, 2), (True, 0.01, 6.0, {"expert-1": 2, "expert-2": 1}, 3),
-            (False, 0.005, 2.0, {}, 1), (True, 0.04, 8.0, {"expert-2": 1}, 2)]
-    samples = [s for k, (ok, c, lat, ex, n) in enumerate(data) for s in _orchestra_rollout(0, k, ok, c, lat, ex, n,
-                                                                                           weights)]
+    data = [
+        (True, 0.02, 4.0, {"expert-1": 1}, 2),
+        (True, 0.01, 6.0, {"expert-1": 2, "expert-2": 1}, 3),
+        (False, 0.005, 2.0, {}, 1),
+        (True, 0.04, 8.0, {"expert-2": 1}, 2),
+    ]
+    samples = [
+        s for k, (ok, c, lat, ex, n) in enumerate(data) for s in _orchestra_rollout(0, k, ok, c, lat, ex, n, weights)
+    ]
     raw, norm = post_process(ArgsStandIn(), samples, plan)
-    feats = [oriented_features({"cost": c, "latency_s": lat}, {"expert_calls": ex},
-                               {"cost": -1, "latency": -1, "expert_calls": 1}) for _, c, lat, ex, _ in data]
+    feats = [
+        oriented_features(
+            {"cost": c, "latency_s": lat}, {"expert_calls": ex}, {"cost": -1, "latency": -1, "expert_calls": 1}
+        )
+        for _, c, lat, ex, _ in data
+    ]
     scores = preference([d[0] for d in data], feats, weights=weights, clip=3, min_std=0.1).rewards
     g = torch.tensor(scores)
     adv = ((g - g.mean()) / (g.std() + 1e-6)).tolist()
@@ -142,14 +179,15 @@ def test_toolorchestra_preference_group_reward():
 
 
 def test_user_group_reward_function(tmp_path):
-    (tmp_path / "mygroup.py").write_text("def rank(rewards, bonus=0.0):\n"
-                                         "    return [2.0 * (r or 0.0) + bonus for r in rewards]\n")
+    (tmp_path / "mygroup.py").write_text(
+        "def rank(rewards, bonus=0.0):\n    return [2.0 * (r or 0.0) + bonus for r in rewards]\n"
+    )
     plan = _plan("single")
     from graphrl.spec.model import GroupReward
 
-    plan = plan.model_copy(update={"reward": plan.reward.model_copy(
-        update={"group": GroupReward(fn="mygroup:rank", args={"bonus": 1.0})})})
+    plan = plan.model_copy(
+        update={"reward": plan.reward.model_copy(update={"group": GroupReward(fn="mygroup:rank", args={"bonus": 1.0})})}
+    )
     samples = _rollout(0, 1, 1.0, 1) + _rollout(0, 2, 0.0, 1) + _rollout(0, 3, 1.0, 1)
-    _, norm = post_process(ArgsStandIn(grpo_std_normalization=False, graphrl_source_dir=str(tmp_path)),
-                           samples, plan)
+    _, norm = post_process(ArgsStandIn(grpo_std_normalization=False, graphrl_source_dir=str(tmp_path)), samples, plan)
     assert norm == pytest.approx([2 / 3, -4 / 3, 2 / 3])  # 3, 1, 3 centred
