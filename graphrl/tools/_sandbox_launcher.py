@@ -198,6 +198,12 @@ def _die_with_parent():
 
 def main():
     cfg = json.loads(sys.argv[1])
+    # L0 dies with the graphrl process that started it (SIGKILL included): then L1 gets its own
+    # PDEATHSIG and, as pid 1 of the namespace, takes every process of the run with it. A parent
+    # that died before the prctl took effect is seen as a changed parent pid.
+    _die_with_parent()
+    if cfg.get("parent_pid") and os.getppid() != cfg["parent_pid"]:
+        os._exit(137)
     report_fd = cfg["report_fd"]
     report = {
         "launcher": True,

@@ -66,6 +66,7 @@ async def run_python(code: str, *, timeout: float = 30.0, stdin: str | None = No
             "max_procs": MAX_PROCS,
             "cgroup": cgroup,
             "report_fd": report_w,
+            "parent_pid": os.getpid(),
             "env": {**_ENV, "HOME": workdir, "TMPDIR": workdir},
         }
         proc = await asyncio.create_subprocess_exec(

@@ -1,0 +1,70 @@
+"""A SIGKILLed run takes its sandboxed code with it: the launcher dies with its parent, and the pid
+namespace's init (dying too) kills everything the user code started."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+TOKEN = "sleep_token_73154"
+
+
+def _alive_with_token() -> list[int]:
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        except OSError:
+            continue
+        if (
+            b"main.py" in cmd
+            and "graphrl-py-" in cwd
+            and (Path(cwd) / "main.py").exists()
+            and TOKEN in (Path(cwd) / "main.py").read_text(errors="replace")
+        ):
+            out.append(int(pid))
+    return out
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG and /proc are Linux")
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_sandboxed_code_dies_with_the_run(tmp_path, sig):
+    script = tmp_path / "run.py"
+    script.write_text(
+        textwrap.dedent(f"""
+        import asyncio
+        from graphrl.tools.python_exec import run_python
+        code = "import os, time\\n# {TOKEN}\\n" \\
+               "if os.fork() == 0:\\n    os.setsid()\\n    time.sleep(120)\\ntime.sleep(120)\\n"
+        asyncio.run(run_python(code, timeout=110))
+    """)
+    )
+    proc = subprocess.Popen([sys.executable, str(script)], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        deadline = time.monotonic() + 60
+        while not _alive_with_token():
+            assert proc.poll() is None and time.monotonic() < deadline, "the sandboxed code never started"
+            time.sleep(0.2)
+        time.sleep(0.5)  # let the forked, setsid()-ed grandchild start too
+        os.kill(proc.pid, sig)
+        proc.wait(10)
+        deadline = time.monotonic() + 10
+        while _alive_with_token() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _alive_with_token() == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in _alive_with_token():
+            os.kill(pid, signal.SIGKILL)
