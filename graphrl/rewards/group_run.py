@@ -45,7 +45,7 @@ def group_reward_hook(
         return None
     spec = plan.reward.group
     renderer = Renderer(plan)
-    credit, key = plan.reward.credit, plan.reward.key
+    credit, key, discount = plan.reward.credit, plan.reward.key, plan.reward.discount
 
     def hook(results: list[RolloutResult]) -> list[RolloutResult]:
         if not results:
@@ -60,8 +60,8 @@ def group_reward_hook(
         try:
             args = renderer.value(("reward", "group", "args"), spec.args, ctx)
             if spec.fn == "preference":
-                return _preference(results, args, credit, key)
-            return _user(spec.fn, results, args, credit, search)
+                return _preference(results, args, credit, key, discount)
+            return _user(spec.fn, results, args, credit, search, discount)
         except Exception as exc:
             note = f"group reward '{spec.fn}': {type(exc).__name__}: {exc}"
             return [dataclasses.replace(r, error=f"{r.error}; {note}" if r.error else note) for r in results]
@@ -81,7 +81,7 @@ def scalar(reward: Any, key: str | None) -> float:
 
 
 def _preference(
-    results: list[RolloutResult], args: Mapping[str, Any], credit: str, key: str | None
+    results: list[RolloutResult], args: Mapping[str, Any], credit: str, key: str | None, discount: float = 1.0
 ) -> list[RolloutResult]:
     rule = [scalar(r.reward, key) for r in results]
     correct = [v >= 0.5 for v in rule]
@@ -97,7 +97,7 @@ def _preference(
         clip=float(args.get("clip", 3.0)),
         min_std=float(args.get("min_std", 0.1)),
     )
-    credited = regroup_credit(results, scores.rewards, credit)
+    credited = regroup_credit(results, scores.rewards, credit, discount)
     return [
         dataclasses.replace(
             res,
@@ -116,7 +116,12 @@ def _preference(
 
 
 def _user(
-    ref: str, results: list[RolloutResult], args: Mapping[str, Any], credit: str, search: list[Path] | None
+    ref: str,
+    results: list[RolloutResult],
+    args: Mapping[str, Any],
+    credit: str,
+    search: list[Path] | None,
+    discount: float = 1.0,
 ) -> list[RolloutResult]:
     fn = resolve_callable(ref, list(search or []))
     if isinstance(fn, ImportProblem):
@@ -126,4 +131,4 @@ def _user(
     values = list(fn([r.reward for r in results], **args))
     if len(values) != len(results):
         raise ValueError(f"returned {len(values)} rewards for {len(results)} rollouts")
-    return regroup_credit(results, [float(v) for v in values], credit)
+    return regroup_credit(results, [float(v) for v in values], credit, discount)

@@ -457,7 +457,12 @@ class Executor:
             frozen.append(s)
         credits: tuple[Any, ...] = (None,) * len(frozen)
         if reward is not None and frozen and self.plan.reward is not None:
-            credits = assign_credit(reward_scalar(reward, self.plan.reward.key), len(frozen), self.plan.reward.credit)
+            credits = assign_credit(
+                reward_scalar(reward, self.plan.reward.key),
+                len(frozen),
+                self.plan.reward.credit,
+                self.plan.reward.discount,
+            )
         out = []
         for i, (s, credit) in enumerate(zip(frozen, credits)):
             status = r.status if r.status in ("aborted", "failed") else s.status

@@ -333,23 +333,39 @@ class SampleBuilder:
         return sample
 
 
-def assign_credit(
-    reward: float | Mapping[str, float], n_samples: int, mode: str
-) -> tuple[float | dict[str, float], ...]:
-    """One rollout's reward -> one credit per sample. "broadcast": each gets the reward;
-    "even": each gets reward / n_samples (so the credits sum to the reward). Dicts per key."""
+CREDIT_MODES = ("even", "broadcast", "discounted", "last")
+
+
+def credit_weights(mode: str, n_samples: int, discount: float = 1.0) -> tuple[float, ...]:
+    """The share of a rollout's reward each of its samples (in order) gets: "even" 1/n each (the
+    shares sum to 1); "broadcast" 1 each; "discounted" discount ** (samples after it), so the last
+    gets 1 and earlier ones less; "last" 1 for the last sample, 0 before it."""
     if not isinstance(n_samples, int) or n_samples < 1:
         raise ValueError(f"n_samples must be an int >= 1, got {n_samples!r}")
-    if mode not in ("even", "broadcast"):
-        raise ValueError(f"credit mode must be 'even' or 'broadcast', got {mode!r}")
-    share = 1.0 if mode == "broadcast" else 1.0 / n_samples
+    if mode == "even":
+        return (1.0 / n_samples,) * n_samples
+    if mode == "broadcast":
+        return (1.0,) * n_samples
+    if mode == "discounted":
+        return tuple(float(discount) ** (n_samples - 1 - i) for i in range(n_samples))
+    if mode == "last":
+        return (0.0,) * (n_samples - 1) + (1.0,)
+    raise ValueError(f"credit mode must be one of {', '.join(CREDIT_MODES)}, got {mode!r}")
+
+
+def assign_credit(
+    reward: float | Mapping[str, float], n_samples: int, mode: str, discount: float = 1.0
+) -> tuple[float | dict[str, float], ...]:
+    """One rollout's reward -> one credit per sample, by `credit_weights`. Dicts per key."""
+    weights = credit_weights(mode, n_samples, discount)
     if isinstance(reward, Mapping):
-        credited = {k: float(v) * share for k, v in reward.items()}
-        return tuple(dict(credited) for _ in range(n_samples))
-    return (float(reward) * share,) * n_samples
+        return tuple({k: float(v) * w for k, v in reward.items()} for w in weights)
+    return tuple(float(reward) * w for w in weights)
 
 
-def check_fanout(samples: Sequence[TrainingSample], reward: float | Mapping[str, float], mode: str) -> None:
+def check_fanout(
+    samples: Sequence[TrainingSample], reward: float | Mapping[str, float], mode: str, discount: float = 1.0
+) -> None:
     """Raise FanoutError unless the siblings share a rollout_id and carry `reward` exactly once
     (even: credits sum to it; broadcast: each equals it)."""
     if not samples:
@@ -380,5 +396,9 @@ def check_fanout(samples: Sequence[TrainingSample], reward: float | Mapping[str,
         elif mode == "broadcast":
             if any(not math.isclose(g, target, rel_tol=1e-12, abs_tol=0.0) for g in got):
                 raise FanoutError(f"broadcast credit: sibling rewards{label} {got} != {target}")
+        elif mode in CREDIT_MODES:
+            want = [target * w for w in credit_weights(mode, len(got), discount)]
+            if any(not math.isclose(g, t, rel_tol=1e-9, abs_tol=1e-12) for g, t in zip(got, want)):
+                raise FanoutError(f"{mode} credit: sibling rewards{label} {got} != {want}")
         else:
-            raise ValueError(f"credit mode must be 'even' or 'broadcast', got {mode!r}")
+            raise ValueError(f"credit mode must be one of {', '.join(CREDIT_MODES)}, got {mode!r}")

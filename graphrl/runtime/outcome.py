@@ -10,7 +10,9 @@ Rules (a target adapter applies them and only writes its framework's fields):
   executor's (completed | truncated | failed); ok = completed or truncated;
 - a rollout that is not ok keeps its samples, each with reward 0 and `remove` set (they still
   count in their group's normalisation); every sample of it carries the rollout's status;
-- training: each sample gets its credit (`reward.credit`: even = reward / n, broadcast = reward);
+- training: each sample gets its credit (`reward.credit`: even = reward / n, broadcast = reward,
+  discounted = reward x discount ** (samples after it), last = the reward on the last sample only, the
+  earlier ones kept out of the loss (`remove`));
   the last sample gets the rollout's status when it was truncated;
 - evaluation: one sample per rollout (the last) carrying the whole rollout reward, so eval means
   are per rollout;
@@ -65,6 +67,7 @@ def settle(plan: Plan, res: Any, *, evaluation: bool = False, scored_elsewhere: 
     status = "aborted" if aborted else res.status
     ok = status in OK_STATUSES
     key = plan.reward.key if plan.reward else None
+    credit = plan.reward.credit if plan.reward else "even"
     rollout_reward = reward_scalar(res.reward, key) if ok and res.reward is not None else None
     samples: list[TrainingSample] = list(res.samples)
     if evaluation and len(samples) > 1:
@@ -81,7 +84,9 @@ def settle(plan: Plan, res: Any, *, evaluation: bool = False, scored_elsewhere: 
         s_status = s.status
         if status in ("aborted", "failed") or (status == "truncated" and i == len(samples) - 1):
             s_status = status  # the rollout's end decides for its last sample
-        out.append(SampleOutcome(s, s_status, reward, remove=not ok))
+        # credit `last`: only the final sample trains; the earlier ones stay out of the loss
+        superseded = not evaluation and credit == "last" and i < len(samples) - 1
+        out.append(SampleOutcome(s, s_status, reward, remove=not ok or superseded))
     placeholder = None
     if not out:
         reward = None if scored_elsewhere else (rollout_reward if ok and rollout_reward is not None else 0.0)

@@ -278,12 +278,14 @@ def _progress(done: int, total: int, t0: float) -> None:
         sys.stderr.flush()
 
 
-def regroup_credit(results: list[RolloutResult], rewards: Iterable[float], credit: str) -> list[RolloutResult]:
+def regroup_credit(
+    results: list[RolloutResult], rewards: Iterable[float], credit: str, discount: float = 1.0
+) -> list[RolloutResult]:
     """Replace each rollout's reward (after a group-level post-process) and re-split its credit."""
     out = []
     for res, reward in zip(results, rewards):
         if res.samples and reward is not None:
-            credits = assign_credit(float(reward), len(res.samples), credit)
+            credits = assign_credit(float(reward), len(res.samples), credit, discount)
             samples = tuple(dataclasses.replace(s, reward=c) for s, c in zip(res.samples, credits))
         else:
             samples = res.samples

@@ -138,9 +138,13 @@ class Reward(_Base):
     )
     judge: str | None = Field(None, description="model used as a judge by rewards that take one")
     key: str | None = Field(None, description="for dict rewards: the key slime trains on (--reward-key)")
-    credit: Literal["even", "broadcast"] = Field(
-        "even", description="split across a rollout's samples (reward / n) or give each the full reward"
+    credit: Literal["even", "broadcast", "discounted", "last"] = Field(
+        "even",
+        description="how a rollout's reward reaches its samples: even (reward / n), broadcast (each the full "
+        "reward), discounted (discount ** samples after it; the last gets the reward), last (only the last "
+        "sample trains; earlier ones are kept out of the loss)",
     )
+    discount: float = Field(1.0, gt=0, le=1, description="credit: discounted: the factor per later sample")
     group: GroupReward | None = None
 
     @model_validator(mode="after")

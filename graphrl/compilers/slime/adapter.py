@@ -36,6 +36,7 @@ from ...plan import Plan, load_plan
 from ...rewards.scorer import RewardBox
 from ...runtime.chat import ChatRenderer
 from ...runtime.executor import Executor, RolloutInput, RolloutResult, usage
+from ...runtime.ledger import credit_weights
 from ...runtime.outcome import settle
 from ...runtime.services import endpoints_for_plan
 from ...spec.model import POLICY
@@ -172,6 +173,7 @@ class SlimeTarget:
             "status": outcome.status,
             "error": res.error,
             "credit": plan.reward.credit if plan.reward else None,
+            "discount": plan.reward.discount if plan.reward else None,
         }
         if has_reward:  # the uncredited reward post_process_rewards normalises (None: failed, counts as 0)
             base["rollout_reward"] = outcome.rollout_reward
@@ -268,7 +270,8 @@ class SlimeTarget:
         if info.get("status") not in ("completed", "truncated") or info.get("rollout_reward") is None:
             return self._zero(args)
         n = max(1, int(info.get("num_samples") or 1))
-        share = 1.0 / n if info.get("credit") == "even" else 1.0
+        weights = credit_weights(info.get("credit") or "even", n, float(info.get("discount") or 1.0))
+        share = weights[min(max(int(info.get("sample_index") or 0), 0), n - 1)]
         return self._reward_value(args, float(info["rollout_reward"]) * share)
 
     def post_process_rewards(self, args: Any, samples: list[Any]) -> tuple[list[float], list[float]]:

@@ -32,7 +32,7 @@ from typing import Any
 from ...plan import Plan
 from ...rewards.group_run import group_reward_hook, scalar
 from ...runtime.executor import RolloutResult
-from ...runtime.ledger import CallRecord
+from ...runtime.ledger import CallRecord, credit_weights
 
 GROUP_ESTIMATORS = ("grpo", "gspo", "cispo", "reinforce_plus_plus_baseline")
 STD_ESTIMATORS = ("grpo", "gspo", "cispo")
@@ -153,6 +153,7 @@ def group_rewards(
 def post_process(args: Any, samples: list[Any], plan: Plan) -> tuple[list[float], list[float]]:
     groups = rollouts_by_group(args, samples)
     credit = plan.reward.credit if plan.reward else "even"
+    discount = plan.reward.discount if plan.reward else 1.0
     values = {gid: [ro.reward for ro in rollouts] for gid, rollouts in groups.items()}
     if plan.reward is not None and plan.reward.group is not None:
         values = group_rewards(plan, args, groups, samples)
@@ -160,8 +161,7 @@ def post_process(args: Any, samples: list[Any], plan: Plan) -> tuple[list[float]
     out = [0.0] * len(samples)
     for gid, rollouts in groups.items():
         for ro, a in zip(rollouts, _normalise(values[gid], args)):
-            share = a / len(ro.indices) if credit == "even" else a
-            for i in ro.indices:
+            for i, w in zip(ro.indices, credit_weights(credit, len(ro.indices), discount)):
                 raw[i] = ro.reward
-                out[i] = share
+                out[i] = a * w
     return raw, out
