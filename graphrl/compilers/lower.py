@@ -19,7 +19,7 @@ from .. import __version__
 from ..plan import Plan, TemplateFile, Training, load_plan
 from ..spec.diagnostics import Diagnostic, has_errors
 from ..spec.load import Graph
-from ..spec.model import POLICY, GraphSpec, LLMNode, ModelDecl, Thread
+from ..spec.model import POLICY, GraphSpec, LLMNode, ModelDecl
 from .checks import check_file
 from .flow import build_flow
 from .layout import DEFAULT_MAX_TOKENS, sample_layout
@@ -46,25 +46,24 @@ def _inline_templates(g: Graph) -> tuple[dict[tuple, str], dict[str, TemplateFil
     return inlined, dict(sorted(files.items()))
 
 
-def _replace_messages(data: dict, base: tuple, inlined: dict[tuple, str]) -> None:
-    for i, msg in enumerate(data.get("prompt") or ()):
-        for role in list(msg):
-            if base + ("prompt", i, role) in inlined:
-                msg[role] = inlined[base + ("prompt", i, role)]
+def _with_files(model: Any, base: tuple, paths: list[tuple], inlined: dict[tuple, str]) -> Any:
+    """`model` with the template files its messages name (at `paths` below `base`) replaced by their
+    text: the plan is self-contained."""
+    files = [(path, inlined[base + path]) for path in paths if base + path in inlined]
+    if not files:
+        return model
+    data = model.model_dump(by_alias=True)
+    for path, text in files:
+        parent = data
+        for p in path[:-1]:
+            parent = parent[p]
+        parent[path[-1]] = text
+    return type(model).model_validate(data)
 
 
 def _resolve_node(g: Graph, nid: str, inlined: dict[tuple, str]) -> Any:
     node = g.nodes[nid].lowered(default_max_tokens=g.spec.limits.max_tokens or DEFAULT_MAX_TOKENS)
-    files = [(path, inlined[("nodes", nid, *path)]) for path, _ in node.messages() if ("nodes", nid, *path) in inlined]
-    if files:  # template files are inlined: the plan is self-contained
-        data = node.model_dump(by_alias=True)
-        for path, text in files:
-            parent = data
-            for p in path[:-1]:
-                parent = parent[p]
-            parent[path[-1]] = text
-        node = type(node).model_validate(data)
-    return node
+    return _with_files(node, ("nodes", nid), [path for path, _ in node.messages()], inlined)
 
 
 def _resolve_reward(spec: GraphSpec):
@@ -88,11 +87,10 @@ def _spans(g: Graph) -> dict[str, str]:
 def lower(g: Graph) -> Plan:
     inlined, files = _inline_templates(g)
     spec: GraphSpec = g.spec
-    threads = {}
-    for tid, th in spec.threads.items():
-        data = th.model_dump(by_alias=True)
-        _replace_messages(data, ("threads", tid), inlined)
-        threads[tid] = Thread.model_validate(data)
+    threads = {
+        tid: _with_files(th, ("threads", tid), [("prompt", i, m.role) for i, m in enumerate(th.prompt)], inlined)
+        for tid, th in spec.threads.items()
+    }
     flow = build_flow(g)
     layout = sample_layout(g, flow)
     models = dict(spec.models)

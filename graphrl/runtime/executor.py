@@ -5,9 +5,11 @@ Input: a `Plan`, `Endpoints` (engines + chat renderers per model), a `ToolRunner
 Output: `RolloutResult`.
 
 Execution model: nodes run one at a time along the graph's edges (a rollout is sequential; many
-rollouts run concurrently on one event loop). llm nodes render a fresh prompt or continue an
-append-only thread (`ChatThread`); their engine output ids go into training samples verbatim
-(`SampleBuilder`): per call (`sample: call`), per thread (`sample: thread`) or nowhere.
+rollouts run concurrently on one event loop; a `foreach` with `parallel: N` runs N items at once).
+What a node does is its kind's handler (`graphrl.runtime.handlers`); llm nodes render a fresh prompt
+or continue an append-only thread (`TrainedThread`, which grows the thread's sample with it), and
+their engine output ids go into training samples verbatim: per call (`sample: call`), per thread
+(`sample: thread`) or nowhere. What a finished rollout means for training is `runtime.outcome`'s.
 
 Invariants (docs/architecture.md): sample tokens are exactly the ids sent to and returned by the engine;
 only new text is tokenised; masks are 1 only on generated tokens of trained nodes; every sample of
