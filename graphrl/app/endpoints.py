@@ -17,7 +17,7 @@ from typing import Any
 from ..engines.local import LocalEngine
 from ..engines.sglang import SGLangEngine
 from ..errors import UsageProblem
-from ..models.registry import load_model, resolve_tokenizer
+from ..models.registry import embedding_rows, load_model, resolve_tokenizer
 from ..plan import Plan
 from ..runtime.chat import ChatRenderer
 from ..runtime.services import StaticEndpoints, endpoints_for_plan
@@ -63,11 +63,12 @@ def build_endpoints(
             engines[name] = (
                 SGLangEngine(overrides[name], timeout_s=decl.timeout_s or timeout_s) if name in overrides else local
             )
-        return endpoints_for_plan(plan, engines, ChatRenderer(hf_tok))
+        return endpoints_for_plan(plan, engines, ChatRenderer(hf_tok, vocab_size=local.vocab_size))
     if engine != "sglang":
         raise WiringError(f"unknown engine {engine!r}: use local or sglang")
 
-    renderer = ChatRenderer(resolve_tokenizer(tokenizer or "qwen"))
+    spec = tokenizer or "qwen"
+    renderer = ChatRenderer(resolve_tokenizer(spec), vocab_size=embedding_rows(spec))
     for name, decl in plan.models.items():
         target = overrides.get(name) or (url if name == POLICY else decl.url)
         if target is None:

@@ -227,6 +227,23 @@ def resolve_tokenizer(name_or_path: str | Path) -> Any:
     return AutoTokenizer.from_pretrained(str(directory))
 
 
+def embedding_rows(name_or_path: str | Path) -> int | None:
+    """How many token ids the model behind a name or directory can emit (its `config.json`
+    `vocab_size`, often padded past the tokenizer's length), or None when it is not known here
+    (a tokenizer alias, a directory without config.json). Never loads weights or converts a model."""
+    name = str(name_or_path)
+    if name == "tiny":
+        return int(TINY_CONFIG["vocab_size"])
+    if name in TOKENIZER_ALIASES or name == "smollm2":
+        return None  # the alias names no model; smollm2's vocabulary equals its tokenizer's
+    config = Path(name).expanduser() / "config.json"
+    try:
+        value = json.loads(config.read_text(encoding="utf-8")).get("vocab_size")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) and value > 0 else None
+
+
 class TargetNotEmpty(UsageProblem, FileExistsError):
     """`models export` into a non-empty directory without --force (exit 2)."""
 

@@ -115,6 +115,7 @@ class ChatRenderer:
         chat_template: str | None = None,
         stop_token_ids: Iterable[int] | None = None,
         strict: bool = False,
+        vocab_size: int | None = None,
     ):
         self.tokenizer = tokenizer
         self.template = TemplateRenderer.for_tokenizer(tokenizer, chat_template)
@@ -125,10 +126,14 @@ class ChatRenderer:
             stop_token_ids = _default_stop_ids(tokenizer)
         self.stop_token_ids = frozenset(int(i) for i in stop_token_ids)
         self._one: dict[int, str] = {}  # single-token decodings (a turn's stop token, every turn)
+        # The ids a model may legally emit: the tokenizer's (base + added special tokens), or the
+        # model's embedding rows when the caller knows them (often padded past the tokenizer, e.g.
+        # 151,936 rows for Qwen2.5's 151,669 ids); ids at or past this bound are engine errors.
         try:
-            self.vocab_size: int | None = len(tokenizer)  # base vocabulary + added (special) tokens
+            known: int | None = len(tokenizer)
         except TypeError:
-            self.vocab_size = None
+            known = None
+        self.vocab_size: int | None = max(known or 0, vocab_size or 0) or None
 
     # -- text <-> ids -----------------------------------------------------------------------------
     def encode(self, text: str) -> tuple[int, ...]:

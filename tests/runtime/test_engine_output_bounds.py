@@ -88,3 +88,37 @@ def test_the_client_timeout_is_a_model_setting(kit, tmp_path):
         took = time.monotonic() - t0
     assert res.status == "failed" and "timed out after 1.5s" in res.error
     assert took < 20  # the model's 1.5 s, not the 900 s default nor the server's 30 s hang
+
+
+def test_the_bound_is_the_models_embedding_rows_when_known(tmp_path):
+    """Qwen2.5's tokenizer has 151,669 ids but the model 151,936 embedding rows: an id in between is a
+    legal model output (the `tiny` model emits them), one at or past the rows is not."""
+    from graphrl.models.registry import embedding_rows
+    from graphrl.models.tokenizer import qwen_tokenizer
+    from graphrl.runtime.chat import ChatRenderer
+
+    tok = qwen_tokenizer()
+    assert ChatRenderer(tok).vocab_size == len(tok) == 151_669
+    assert ChatRenderer(tok, vocab_size=embedding_rows("tiny")).vocab_size == 151_936
+    assert ChatRenderer(tok, vocab_size=10).vocab_size == len(tok)  # never below the tokenizer's ids
+    assert embedding_rows("qwen") is None
+    (tmp_path / "config.json").write_text('{"vocab_size": 152064}')
+    assert embedding_rows(tmp_path) == 152_064
+    (tmp_path / "config.json").write_text("not json")
+    assert embedding_rows(tmp_path) is None and embedding_rows(tmp_path / "missing") is None
+
+
+def test_an_id_in_the_padded_rows_trains_when_the_renderer_knows_them(kit):
+    from graphrl.runtime.chat import ChatRenderer
+
+    plan = kit.plan(GRAPH)
+    padded = 151_700  # past len(tokenizer), below the 151,936 embedding rows
+    reply = Scripted(output_ids=(9, padded, 10), logprobs=(-0.1,) * 3, finish_reason=FinishReason("stop", matched=10))
+    narrow = kit.r
+    kit.r = ChatRenderer(narrow.tokenizer, vocab_size=151_936)
+    res = kit.run(kit.executor(plan, {"policy": kit.engine([reply])}), {"prompt": "Q"})
+    kit.r = narrow
+    assert res.status != "failed", res.error
+    assert padded in res.samples[0].tokens
+    narrow = kit.run(kit.executor(plan, {"policy": kit.engine([reply])}), {"prompt": "Q"})
+    assert narrow.status == "failed" and str(padded) in narrow.error

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ...engines.sglang import SGLangEngine
+from ...models.registry import embedding_rows
 from ...plan import Plan, load_plan
 from ...rewards.scorer import RewardBox
 from ...runtime.chat import ChatRenderer
@@ -103,8 +104,10 @@ class SlimeTarget:
         if self._wired is not None and self._wired.cfg == cfg:
             return self._wired
         load = self._tokenizer_loader or load_tokenizer
-        renderer = ChatRenderer(load(cfg.hf_checkpoint))
-        renderers = {name: ChatRenderer(load(tok)) for name, tok in cfg.tokenizers.items()}
+        renderer = ChatRenderer(load(cfg.hf_checkpoint), vocab_size=embedding_rows(cfg.hf_checkpoint))
+        renderers = {
+            name: ChatRenderer(load(tok), vocab_size=embedding_rows(tok)) for name, tok in cfg.tokenizers.items()
+        }
         engines = {name: self._engine_factory(name, url, cfg) for name, url in cfg.urls.items()}
         self._wired = _Wired(cfg, endpoints_for_plan(plan, engines, renderer, renderers=renderers))
         return self._wired
