@@ -183,6 +183,8 @@ def _pydantic_diagnostics(
 
 # ---------------------------------------------------------------- loading
 
+MAX_GRAPH_BYTES = 4 << 20  # a graph file larger than 4 MiB is refused before it is parsed
+
 
 def load_graph(
     path: str | Path, *, sections: Mapping[str, type[BaseModel]] | None = None
@@ -191,10 +193,21 @@ def load_graph(
     model; they are validated here with located errors, and any other unknown key is E002."""
     file = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with open(path, "rb") as fh:  # bounded: /dev/zero or a generated 1 GB file is refused, not read whole
+            data = fh.read(MAX_GRAPH_BYTES + 1)
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         return None, [
             Diagnostic("E007", f"cannot read graph file: {getattr(exc, 'strerror', None) or exc}", Span(file, 1, 1))
+        ]
+    if len(data) > MAX_GRAPH_BYTES:
+        return None, [
+            Diagnostic(
+                "E007",
+                f"graph file is larger than {MAX_GRAPH_BYTES} bytes",
+                Span(file, 1, 1),
+                hint="a graph is a few KB of YAML: move prompts into template files and data into the dataset",
+            )
         ]
     loc = load_yaml(text, file)
     diags = list(loc.diagnostics)

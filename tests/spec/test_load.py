@@ -145,6 +145,24 @@ def test_undecodable_graph_file_is_e007(tmp_path):
     assert g is None and [d.code for d in diags] == ["E007"]
 
 
+def test_an_over_large_graph_file_is_e007_before_it_is_parsed(tmp_path, monkeypatch):
+    from graphrl.spec import load as load_mod
+
+    monkeypatch.setattr(load_mod, "MAX_GRAPH_BYTES", 64)
+    f = tmp_path / "g.yaml"
+    f.write_text("name: g\nnodes:\n" + "".join(f"  n{i}: {{llm: policy, prompt: hi}}\n" for i in range(10)))
+    g, diags = load_graph(f)
+    assert g is None and [d.code for d in diags] == ["E007"]
+    assert "larger than 64 bytes" in diags[0].message and diags[0].hint
+    f.write_text("name: g\nnodes: {}\n")  # under the bound: parsed (and found wanting, not refused)
+    assert all(d.code != "E007" for d in load_graph(f)[1])
+
+
+def test_a_device_file_is_refused_without_reading_it_whole():
+    g, diags = load_graph("/dev/zero")
+    assert g is None and [d.code for d in diags] == ["E007"]
+
+
 def test_templates_key_sets_the_template_directory(tmp_path):
     (tmp_path / "p").mkdir()
     (tmp_path / "p" / "a.j2").write_text("A {{ q }}")
