@@ -19,16 +19,24 @@ from dataclasses import dataclass
 from typing import Any
 
 from jinja2 import Environment, StrictUndefined, meta, nodes
-from jinja2.exceptions import TemplateSyntaxError
+from jinja2.exceptions import SecurityError, TemplateSyntaxError
 from jinja2.parser import Parser
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 _SINGLE_EXPR = re.compile(r"^\s*\{\{(?!.*\{\{)(.*)\}\}\s*$", re.S)
 
 
+class _GraphSandbox(ImmutableSandboxedEnvironment):
+    """Jinja's immutable sandbox, refusing an unsafe lookup at once: Jinja's own returns an undefined
+    value that renders as `Undefined` inside a list (`[x]|map(attribute='__class__')|list`)."""
+
+    def unsafe_undefined(self, obj: Any, attribute: str) -> Any:
+        raise SecurityError(f"access to attribute {attribute!r} of a {type(obj).__name__} value is unsafe")
+
+
 def make_env() -> Environment:
     """The environment of graph templates and expressions: sandboxed, strict about undefined names."""
-    env = ImmutableSandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=True, autoescape=False)
+    env = _GraphSandbox(undefined=StrictUndefined, keep_trailing_newline=True, autoescape=False)
     env.filters["snake"] = lambda s: re.sub(r"[^0-9a-z]+", "_", str(s).lower()).strip("_")
     return env
 
@@ -74,6 +82,10 @@ def attribute_refs(ast: nodes.Node) -> list[tuple[str, str, int]]:
 _UNSAFE_METHODS = frozenset({"format", "format_map", "mro"})
 
 
+# filters that look an attribute up by a name given as text (dotted paths allowed)
+_ATTRIBUTE_FILTERS = frozenset({"map", "selectattr", "rejectattr", "sort", "groupby", "sum", "unique", "min", "max"})
+
+
 def unsafe_refs(ast: nodes.Node) -> list[tuple[str, int]]:
     """(what, lineno) for each route out of the sandbox visible in the AST: an attribute or a constant
     item key starting with `_`, `.format` / `.format_map` / `.mro`, and the `attr` filter. The sandbox
@@ -88,6 +100,12 @@ def unsafe_refs(ast: nodes.Node) -> list[tuple[str, int]]:
                 out.append((f"[{node.arg.value!r}]", node.lineno))
         elif isinstance(node, nodes.Filter) and node.name == "attr":
             out.append(("|attr", node.lineno))
+        elif isinstance(node, nodes.Filter) and node.name in _ATTRIBUTE_FILTERS:
+            named = [kw.value for kw in node.kwargs if kw.key == "attribute"]
+            for arg in [*named, *node.args[:1]]:  # map(attribute='x.__class__'), selectattr('__class__')
+                if isinstance(arg, nodes.Const) and isinstance(arg.value, str):
+                    if any(part.startswith("_") for part in arg.value.split(".")):
+                        out.append((f"|{node.name}({arg.value!r})", node.lineno))
     return out
 
 

@@ -77,17 +77,25 @@ def _merged_pairs(node: yaml.MappingNode, memo: dict[int, int]) -> int:
     return total
 
 
-def _nesting_depth(text: str) -> int:
-    """The deepest flow-bracket nesting or block indentation level of the text, cheaply (no parse)."""
-    depth = deepest = 0
-    for ch in text:
-        if ch in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif ch in "]}":
-            depth = max(0, depth - 1)
-    indents = sorted({len(line) - len(line.lstrip(" -")) for line in text.splitlines() if line.strip()})
-    return max(deepest, len(indents))
+def _too_deep(text: str, limit: int) -> tuple[int, int] | None:
+    """(line, column), 1-based, where flow brackets nest or block indentation levels pile up past
+    `limit`, or None; cheaply, without parsing (brackets inside quoted text count too)."""
+    depth = 0
+    for lineno, line in enumerate(text.splitlines(), 1):
+        for col, ch in enumerate(line, 1):
+            if ch in "[{":
+                depth += 1
+                if depth > limit:
+                    return lineno, col
+            elif ch in "]}":
+                depth = max(0, depth - 1)
+    indents: set[int] = set()
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            indents.add(len(line) - len(line.lstrip(" -")))
+            if len(indents) > limit:
+                return lineno, 1
+    return None
 
 
 class _Walker:
@@ -190,12 +198,13 @@ class _Walker:
 def load_yaml(text: str, file: str) -> Located:
     """Parse one YAML document with spans. Syntax errors are returned as diagnostics, not raised."""
     loc = Located(value=None, file=file)
-    if _nesting_depth(text) > MAX_DEPTH:  # PyYAML composes recursively: refuse before it overflows the stack
+    deep = _too_deep(text, MAX_DEPTH)
+    if deep is not None:  # PyYAML composes recursively: refuse before it overflows the stack
         loc.diagnostics.append(
             Diagnostic(
                 "E001",
                 f"YAML nested more than {MAX_DEPTH} levels deep",
-                Span(file, 1, 1),
+                Span(file, *deep),
                 "a graph is a few levels deep: check for runaway brackets or indentation",
             )
         )
