@@ -84,3 +84,25 @@ def test_signature_of_kwargs_function():
 
     assert signature_problem(g, 0, ["anything"]) is None
     assert signature_problem(len, 1, []) is None  # builtins: checked or skipped, never raised
+
+
+def test_two_graphs_with_a_same_named_module_each_get_their_own(tmp_path):
+    """`graphrl demo` runs graphs in one process: graph B's `gr_same_xyz.py` must not be graph A's."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d, value in ((a, "A"), (b, "B")):
+        (d / "gr_same_xyz_pkg").mkdir(parents=True)
+        (d / "gr_same_xyz_pkg" / "__init__.py").write_text("")
+        (d / "gr_same_xyz_pkg" / "tools.py").write_text(f"def who():\n    return {value!r}\n")
+        (d / "gr_same_xyz.py").write_text(f"def who():\n    return {value!r}\n")
+    try:
+        assert resolve_callable("gr_same_xyz:who", [a])() == "A"
+        assert resolve_callable("gr_same_xyz:who", [b])() == "B"
+        assert resolve_callable("gr_same_xyz:who", [a])() == "A"
+        assert resolve_callable("gr_same_xyz_pkg.tools:who", [a])() == "A"
+        assert resolve_callable("gr_same_xyz_pkg.tools:who", [b])() == "B"
+        # the first-loaded stays what the rest of the process sees
+        assert sys.modules["gr_same_xyz"].who() == "A"
+        assert sys.modules["gr_same_xyz_pkg.tools"].who() == "A"
+    finally:
+        for m in [m for m in sys.modules if m.startswith("gr_same_xyz")]:
+            sys.modules.pop(m, None)
