@@ -11,9 +11,12 @@ files); a new session whose whole process group is killed on timeout or when the
 cap; output read in chunks, never more than the cap held in memory.
 Where Linux allows (root, or unprivileged user namespaces): new network namespace (no network, not
 even loopback), pid namespace (every descendant dies with the sandbox), mount namespace (a fresh
-/proc, a minimal /dev, every file system read-only except the working directory), no capabilities,
-no_new_privs; as root also a pids cgroup (root is exempt from RLIMIT_NPROC).
-Never: it is not a VM — same kernel, and the code can read whatever files the user can read.
+/proc, a minimal /dev, every file system read-only, the working directory a tmpfs of `disk_bytes`),
+no capabilities, no_new_privs, a seccomp filter refusing unix-domain sockets; as root also a cgroup
+per call (pids.max, and one memory limit for all the call's processes).
+Backends (`sandbox_host.SandboxPolicy`): bubblewrap where it is installed and works, else the
+hand-written launcher; strict mode swaps the host's file system for a minimal root.
+Never: it is not a VM — same kernel; outside strict mode the code can read what the user can read.
 """
 
 from __future__ import annotations
@@ -24,18 +27,26 @@ import os
 import shutil
 import signal
 import sys
-import tempfile
-import uuid
 from pathlib import Path
 
 from ..runtime.services import ToolResult
+from .sandbox_host import (
+    MEMORY_BYTES,
+    SandboxPolicy,
+    bubblewrap_args,
+    bubblewrap_works,
+    make_cgroups,
+    make_workdir,
+    resolve_backend,
+    rmdir,
+    strict_paths,
+    strict_python,
+)
 
 OUTPUT_CAP = 1 << 20  # bytes of output kept; more kills the program
-MEMORY_BYTES = 1 << 30  # address space per process
 FILE_BYTES = 16 << 20  # largest file the code may write
-MAX_PROCS = 64  # processes (and threads) at once
 LAUNCHER = Path(__file__).with_name("_sandbox_launcher.py")
-CGROUP_ROOTS = ("/sys/fs/cgroup/pids", "/sys/fs/cgroup")  # cgroup v1 pids hierarchy, or v2
+__all__ = ["MEMORY_BYTES", "OUTPUT_CAP", "SandboxPolicy", "run_python", "sandbox_report"]
 _ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
     "PYTHONIOENCODING": "utf-8",
@@ -47,28 +58,48 @@ _ENV = {
 }
 
 
-async def run_python(code: str, *, timeout: float = 30.0, stdin: str | None = None, isolate: bool = True) -> ToolResult:
-    """Run `code` as a script; `isolate=False` skips the namespaces (rlimits and the rest still apply)."""
-    workdir = os.path.realpath(tempfile.mkdtemp(prefix="graphrl-py-"))
-    cgroup = _make_cgroup() if isolate and os.geteuid() == 0 else None
+async def run_python(
+    code: str,
+    *,
+    timeout: float = 30.0,
+    stdin: str | None = None,
+    isolate: bool = True,
+    policy: SandboxPolicy | None = None,
+) -> ToolResult:
+    """Run `code` as a script under `policy` (default: auto backend, not strict); `isolate=False`
+    skips the namespaces, cgroups and seccomp (rlimits and the rest still apply)."""
+    policy = policy or SandboxPolicy()
+    if isolate and policy.backend != "launcher" and bubblewrap_works.cache_info().currsize == 0:
+        await asyncio.to_thread(bubblewrap_works)  # the one-time probe, off the event loop
+    backend = resolve_backend(policy) if isolate else "none"
+    workdir = make_workdir()
+    cgroups = make_cgroups(policy) if isolate else []
     report_r, report_w = os.pipe()
     proc = finished = None
     try:
         Path(workdir, "main.py").write_text(code, encoding="utf-8")
+        env = {**_ENV, "HOME": workdir, "TMPDIR": workdir}
+        python = strict_python() if policy.strict and isolate else sys.executable
         cfg = {
-            "python": sys.executable,
+            "backend": backend,
+            "python": python,
             "script": "main.py",
             "workdir": workdir,
-            "isolate": isolate,
+            "strict": policy.strict and isolate,
+            "strict_paths": strict_paths() if policy.strict and backend == "launcher" else [],
+            "disk_bytes": policy.disk_bytes,
             "cpu_s": max(1, int(timeout) + 1),
-            "memory_bytes": MEMORY_BYTES,
+            "memory_bytes": policy.memory_bytes,
             "file_bytes": FILE_BYTES,
-            "max_procs": MAX_PROCS,
-            "cgroup": cgroup,
+            "max_procs": policy.max_procs,
+            "cgroups": cgroups,
             "report_fd": report_w,
             "parent_pid": os.getpid(),
-            "env": {**_ENV, "HOME": workdir, "TMPDIR": workdir},
+            "env": env,
         }
+        if backend == "bubblewrap":
+            cfg["bwrap"] = shutil.which("bwrap")
+            cfg["bwrap_args"], cfg["bwrap_claims"] = bubblewrap_args(workdir, env, policy, python)
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-I",
@@ -118,8 +149,8 @@ async def run_python(code: str, *, timeout: float = 30.0, stdin: str | None = No
             os.close(report_w)
         os.close(report_r)
         shutil.rmtree(workdir, ignore_errors=True)
-        if cgroup:
-            await _remove_cgroup(cgroup)
+        for group in cgroups:
+            await _remove_cgroup(group["path"])
 
 
 def _result(out: bytes, note: str, error: str | None, rc: int | None, report_r: int) -> ToolResult:
@@ -201,43 +232,13 @@ def _kill_group(pid: int) -> None:
         pass
 
 
-# ---------------------------------------------------------------- pids cgroup (root only)
-
-
-def _make_cgroup() -> str | None:
-    """A fresh cgroup with pids.max = MAX_PROCS, or None where no pids hierarchy is writable."""
-    for root in CGROUP_ROOTS:
-        parent = os.path.join(root, "graphrl-sandbox")
-        try:
-            os.makedirs(parent, exist_ok=True)
-            path = os.path.join(parent, uuid.uuid4().hex[:12])
-            os.mkdir(path)
-        except OSError:
-            continue
-        try:
-            with open(os.path.join(path, "pids.max"), "w") as f:
-                f.write(str(MAX_PROCS))
-            return path
-        except OSError:
-            _rmdir(path)
-    return None
-
-
-def _rmdir(path: str) -> bool:
-    try:
-        os.rmdir(path)
-        return True
-    except OSError:
-        return False
-
-
 async def _remove_cgroup(path: str) -> None:
     for _ in range(50):  # killed processes leave the cgroup within milliseconds
-        if _rmdir(path):
+        if rmdir(path):
             return
         await asyncio.sleep(0.02)
 
 
-def sandbox_report(timeout: float = 10.0) -> dict:
+def sandbox_report(timeout: float = 10.0, policy: SandboxPolicy | None = None) -> dict:
     """What the sandbox guarantees on this machine now: the report of one trivial run."""
-    return asyncio.run(run_python("pass", timeout=timeout)).data["sandbox"]
+    return asyncio.run(run_python("pass", timeout=timeout, policy=policy)).data["sandbox"]

@@ -25,11 +25,17 @@ from ..runtime.services import ToolResult
 from ..spec.imports import ImportProblem, resolve_callable
 from .python_exec import run_python
 from .retrieval import retrieve
+from .sandbox_host import SandboxPolicy, sweep_leftovers
 
 
 class ToolBox:
-    def __init__(self, search: list[Path] | None = None):
+    """`sandbox`: how `python` calls are isolated (the caller reads it at its edge, e.g.
+    `SandboxPolicy.from_env`); the first `python` call also removes what killed runs left behind."""
+
+    def __init__(self, search: list[Path] | None = None, sandbox: SandboxPolicy | None = None):
         self._search = list(search or [])
+        self._sandbox = sandbox or SandboxPolicy()
+        self._swept = False
         self._fns: dict[str, Callable[..., Any] | ImportProblem] = {}
         self._http: aiohttp.ClientSession | None = None
         self._http_loop: asyncio.AbstractEventLoop | None = None
@@ -71,7 +77,11 @@ class ToolBox:
 
     async def _dispatch(self, tool: str, args: dict[str, Any], timeout: float) -> ToolResult:
         if tool == "python":
-            return await run_python(str(args.get("code", "")), timeout=timeout, stdin=args.get("stdin"))
+            if not self._swept:
+                self._swept = True
+                await asyncio.to_thread(sweep_leftovers)
+            policy = self._sandbox.with_strict(self._sandbox.strict or _truthy(args.get("strict")))
+            return await run_python(str(args.get("code", "")), timeout=timeout, stdin=args.get("stdin"), policy=policy)
         if tool == "retrieve":
             return await retrieve(
                 args["url"], str(args["query"]), int(args.get("topk", 3)), timeout=timeout, session=self._session()
@@ -84,6 +94,10 @@ class ToolBox:
         else:
             value = await asyncio.to_thread(fn, **args)
         return _as_result(value)
+
+
+def _truthy(value: Any) -> bool:
+    return value is True or str(value).strip().lower() in ("1", "true", "yes")
 
 
 def _as_result(value: Any) -> ToolResult:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -42,6 +43,7 @@ from ...runtime.outcome import settle
 from ...runtime.services import endpoints_for_plan
 from ...spec.model import POLICY
 from ...tools.registry import ToolBox
+from ...tools.sandbox_host import SandboxPolicy
 from . import fill
 from ._tokenizer import load_tokenizer
 from .config import SlimeConfig, SlimeConfigError, from_args
@@ -84,8 +86,11 @@ class SlimeTarget:
         *,
         engine_factory: EngineFactory | None = None,
         tokenizer_loader: Callable[[str], Any] | None = None,
+        sandbox: SandboxPolicy | None = None,
     ):
         self.plan_path = Path(plan_path)
+        # the rollout process's GRAPHRL_SANDBOX / GRAPHRL_SANDBOX_STRICT, read once here at the edge
+        self._sandbox = sandbox or SandboxPolicy.from_env(os.environ)
         self._engine_factory = engine_factory or _sglang_engine
         self._tokenizer_loader = tokenizer_loader
         self._plan: Plan | None = None
@@ -119,7 +124,11 @@ class SlimeTarget:
             plan = self.plan()
             search = [Path(wired.cfg.source_dir or Path(plan.source.get("file", ".")).parent), self.plan_path.parent]
             ex = wired.executors[key] = Executor(
-                plan, wired.endpoints, tools=ToolBox(search), rewards=RewardBox(search), sampling=sampling
+                plan,
+                wired.endpoints,
+                tools=ToolBox(search, sandbox=self._sandbox),
+                rewards=RewardBox(search),
+                sampling=sampling,
             )
         return ex
 
