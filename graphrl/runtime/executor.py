@@ -92,6 +92,13 @@ class Executor:
     async def run(self, inp: RolloutInput, *, abort: asyncio.Event | None = None) -> RolloutResult:
         t0 = self.clock()
         r = RolloutState(inp=inp, ns={}, state={}, t0=t0)
+        try:
+            return await self._run(r, t0, abort)
+        finally:  # also when cancelled (slime's abort): sessions and environments never outlive the rollout
+            await r.resources.close()
+
+    async def _run(self, r: RolloutState, t0: float, abort: asyncio.Event | None) -> RolloutResult:
+        inp = r.inp
         timeout = self.plan.limits.timeout_s
         try:
             await asyncio.wait_for(self._execute(r, abort), timeout)
@@ -113,6 +120,7 @@ class Executor:
             except Exception as exc:  # user reward code may raise anything: it fails this rollout only
                 reward = None
                 r.status, r.error = "failed", f"reward: {type(exc).__name__}: {exc}"
+        await r.resources.close()  # python sessions, environments: after the reward, whatever happened
         samples = self._finish_samples(r, reward)
         return RolloutResult(
             inp.rollout_id,

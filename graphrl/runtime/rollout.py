@@ -15,7 +15,7 @@ from ..engines.base import Generation
 from ..plan import Plan
 from .ledger import CallRecord, SampleBuilder, TrainingSample
 from .scope import Renderer
-from .services import Endpoints, ToolRunner
+from .services import Endpoints, RolloutResources, ToolRunner
 from .trained_thread import TrainedThread
 
 
@@ -53,6 +53,7 @@ class RolloutState:
     engine_s: float = 0.0
     status: str = "completed"
     error: str | None = None
+    resources: RolloutResources = field(default_factory=RolloutResources)  # closed when the rollout ends
 
 
 class StepServices(Protocol):

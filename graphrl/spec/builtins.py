@@ -25,7 +25,11 @@ class Signature:
 
 
 BUILTIN_TOOLS: dict[str, Signature] = {
-    "python": Signature(("code",), ("stdin",), "run code in a sandboxed subprocess; the observation is stdout+stderr"),
+    "python": Signature(
+        ("code",),
+        ("stdin", "session", "strict"),
+        "run code in a sandboxed subprocess (session: true keeps one interpreter per rollout); the observation is stdout+stderr",
+    ),
     "retrieve": Signature(("query", "url"), ("topk",), "POST /retrieve {queries, topk}; numbered documents"),
 }
 

@@ -27,6 +27,7 @@ import os
 import shutil
 import signal
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..runtime.services import ToolResult
@@ -58,24 +59,28 @@ _ENV = {
 }
 
 
-async def run_python(
-    code: str,
-    *,
-    timeout: float = 30.0,
-    stdin: str | None = None,
-    isolate: bool = True,
-    policy: SandboxPolicy | None = None,
-) -> ToolResult:
-    """Run `code` as a script under `policy` (default: auto backend, not strict); `isolate=False`
-    skips the namespaces, cgroups and seccomp (rlimits and the rest still apply)."""
-    policy = policy or SandboxPolicy()
+@dataclass
+class Launched:
+    """A sandboxed interpreter started by `launch`: its process, work directory, cgroups and the
+    read end of the launcher's report pipe. `dispose` stops and removes all of it."""
+
+    proc: asyncio.subprocess.Process
+    workdir: str
+    cgroups: list[dict[str, str]]
+    report_r: int
+    policy: SandboxPolicy
+    report: dict | None = None
+
+
+async def launch(code: str, *, cpu_s: int, policy: SandboxPolicy, isolate: bool = True) -> Launched:
+    """Start `code` as main.py in a fresh sandbox under `policy`; stdin and stdout are pipes
+    (stderr joins stdout). The caller owns the result and must `dispose` it."""
     if isolate and policy.backend != "launcher" and bubblewrap_works.cache_info().currsize == 0:
         await asyncio.to_thread(bubblewrap_works)  # the one-time probe, off the event loop
     backend = resolve_backend(policy) if isolate else "none"
     workdir = make_workdir()
     cgroups = make_cgroups(policy) if isolate else []
     report_r, report_w = os.pipe()
-    proc = finished = None
     try:
         Path(workdir, "main.py").write_text(code, encoding="utf-8")
         env = {**_ENV, "HOME": workdir, "TMPDIR": workdir}
@@ -88,7 +93,7 @@ async def run_python(
             "strict": policy.strict and isolate,
             "strict_paths": strict_paths() if policy.strict and backend == "launcher" else [],
             "disk_bytes": policy.disk_bytes,
-            "cpu_s": max(1, int(timeout) + 1),
+            "cpu_s": cpu_s,
             "memory_bytes": policy.memory_bytes,
             "file_bytes": FILE_BYTES,
             "max_procs": policy.max_procs,
@@ -114,8 +119,53 @@ async def run_python(
             start_new_session=True,
             pass_fds=(report_w,),
         )
+    except BaseException:
+        os.close(report_r)
+        shutil.rmtree(workdir, ignore_errors=True)
+        for group in cgroups:
+            await _remove_cgroup(group["path"])
+        raise
+    finally:
         os.close(report_w)
-        report_w = -1
+    return Launched(proc, workdir, cgroups, report_r, policy)
+
+
+async def dispose(run: Launched, finished: asyncio.Task | None = None) -> None:
+    """Stop the process group if it still runs, then remove the work directory and cgroups."""
+    try:
+        if run.proc.returncode is None:
+            await _stop(run.proc, finished)
+    finally:
+        if run.report_r >= 0:
+            os.close(run.report_r)
+            run.report_r = -1
+        shutil.rmtree(run.workdir, ignore_errors=True)
+        for group in run.cgroups:
+            await _remove_cgroup(group["path"])
+
+
+def read_report(run: Launched) -> dict:
+    """The launcher's report (read once, when the program has started; kept on `run`)."""
+    if run.report is None and run.report_r >= 0:
+        run.report = _read_report(run.report_r)
+    return run.report or {"launcher": False, "errors": ["no report"]}
+
+
+async def run_python(
+    code: str,
+    *,
+    timeout: float = 30.0,
+    stdin: str | None = None,
+    isolate: bool = True,
+    policy: SandboxPolicy | None = None,
+) -> ToolResult:
+    """Run `code` as a script under `policy` (default: auto backend, not strict); `isolate=False`
+    skips the namespaces, cgroups and seccomp (rlimits and the rest still apply)."""
+    policy = policy or SandboxPolicy()
+    run = await launch(code, cpu_s=max(1, int(timeout) + 1), policy=policy, isolate=isolate)
+    proc, report_r = run.proc, run.report_r
+    finished = None
+    try:
         feeder = asyncio.create_task(_feed(proc, stdin))
         buf, overflowed = bytearray(), asyncio.Event()
         assert proc.stdout is not None and proc.stdin is not None  # both are pipes
@@ -143,14 +193,7 @@ async def run_python(
             )
         return _result(out, "", None, rc, report_r)
     finally:
-        if proc is not None and proc.returncode is None:  # cancelled, or a bug above
-            await _stop(proc, finished)
-        if report_w >= 0:
-            os.close(report_w)
-        os.close(report_r)
-        shutil.rmtree(workdir, ignore_errors=True)
-        for group in cgroups:
-            await _remove_cgroup(group["path"])
+        await dispose(run, finished)  # also when cancelled, or a bug above
 
 
 def _result(out: bytes, note: str, error: str | None, rc: int | None, report_r: int) -> ToolResult:

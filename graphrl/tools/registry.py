@@ -21,9 +21,10 @@ from typing import Any
 import aiohttp
 
 from ..runtime.scope import cut
-from ..runtime.services import ToolResult
+from ..runtime.services import RolloutResources, ToolResult
 from ..spec.imports import ImportProblem, resolve_callable
 from .python_exec import run_python
+from .python_session import PythonSession
 from .retrieval import retrieve
 from .sandbox_host import SandboxPolicy, sweep_leftovers
 
@@ -57,14 +58,39 @@ class ToolBox:
             except RuntimeError:  # opened in a loop that is gone
                 pass
 
+    async def _python(self, args: dict[str, Any], timeout: float, resources: RolloutResources | None) -> ToolResult:
+        """One-shot by default; `session: true` runs the code in the rollout's own interpreter."""
+        if not self._swept:
+            self._swept = True
+            await asyncio.to_thread(sweep_leftovers)
+        policy = self._sandbox.with_strict(self._sandbox.strict or _truthy(args.get("strict")))
+        code = str(args.get("code", ""))
+        if not _truthy(args.get("session")):
+            return await run_python(code, timeout=timeout, stdin=args.get("stdin"), policy=policy)
+        if resources is None:
+            return ToolResult(
+                "[python session: no rollout to hold it (called outside a graph)]", ok=False, error="session"
+            )
+        key = f"python-session:{'strict' if policy.strict else 'plain'}"
+        session = resources.get(key) or resources.put(key, PythonSession(policy))
+        return await session.call(code, timeout=timeout)
+
     def _user(self, ref: str) -> Callable[..., Any] | ImportProblem:
         if ref not in self._fns:
             self._fns[ref] = resolve_callable(ref, self._search)
         return self._fns[ref]
 
-    async def call(self, tool: str, args: dict[str, Any], *, timeout: float, max_chars: int | None) -> ToolResult:
+    async def call(
+        self,
+        tool: str,
+        args: dict[str, Any],
+        *,
+        timeout: float,
+        max_chars: int | None,
+        resources: RolloutResources | None = None,
+    ) -> ToolResult:
         try:
-            res = await asyncio.wait_for(self._dispatch(tool, args, timeout), timeout + 1.0)
+            res = await asyncio.wait_for(self._dispatch(tool, args, timeout, resources), timeout + 1.0)
         except asyncio.TimeoutError:
             res = ToolResult(f"[tool {tool} timed out after {timeout:g} s]", ok=False, error="timeout")
         except asyncio.CancelledError:
@@ -75,13 +101,11 @@ class ToolBox:
             )
         return ToolResult(cut(res.text, max_chars), res.ok, res.error, res.data)
 
-    async def _dispatch(self, tool: str, args: dict[str, Any], timeout: float) -> ToolResult:
+    async def _dispatch(
+        self, tool: str, args: dict[str, Any], timeout: float, resources: RolloutResources | None
+    ) -> ToolResult:
         if tool == "python":
-            if not self._swept:
-                self._swept = True
-                await asyncio.to_thread(sweep_leftovers)
-            policy = self._sandbox.with_strict(self._sandbox.strict or _truthy(args.get("strict")))
-            return await run_python(str(args.get("code", "")), timeout=timeout, stdin=args.get("stdin"), policy=policy)
+            return await self._python(args, timeout, resources)
         if tool == "retrieve":
             return await retrieve(
                 args["url"], str(args["query"]), int(args.get("topk", 3)), timeout=timeout, session=self._session()

@@ -364,7 +364,8 @@ def test_disk_is_limited_per_call_not_per_file(report):
     assert int(res.text.split("written ")[1]) <= budget < 64 * (8 << 20)
 
 
-def test_strict_mode_shows_only_the_interpreter_and_the_work_directory(backend, tmp_path):
+def test_strict_mode_shows_only_the_interpreter_and_the_work_directory(report, backend, tmp_path):
+    need(report, "mount_namespace")  # strict needs one; without it the call fails closed (tested below)
     secret = tmp_path / "secret.txt"
     secret.write_text("hunter2")
     code = (
@@ -389,3 +390,11 @@ def test_bubblewrap_asked_for_where_it_does_not_work_is_a_clear_error(monkeypatc
     with pytest.raises(sandbox_host.SandboxConfigError, match="install Debian's `bubblewrap`"):
         sandbox_host.resolve_backend(SandboxPolicy(backend="bubblewrap"))
     assert sandbox_host.resolve_backend(SandboxPolicy(backend="auto")) == "launcher"
+
+
+def test_strict_mode_fails_closed_where_no_strict_root_can_be_built():
+    """No mount namespace (isolate=False with strict asked for by the launcher's config): never run unconfined."""
+    res = py("print('ran')", policy=SandboxPolicy(backend="launcher", strict=True), isolate=False)
+    assert res.ok  # isolate=False is the caller's explicit opt-out, documented as no isolation at all
+    res = py("print('ran')", policy=SandboxPolicy(backend="launcher", strict=True, disk_bytes=-1))
+    assert not res.ok and "ran" not in res.text and "strict mode unavailable" in res.text
