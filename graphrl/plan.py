@@ -21,7 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from .errors import UsageProblem
-from .spec.model import InputDecl, Limits, ModelDecl, Reward, StateVar, Thread
+from .spec.model import EnvironmentDecl, InputDecl, Limits, ModelDecl, Reward, StateVar, Thread
 from .spec.nodes import PlanNode
 
 PLAN_FORMAT = "graphrl.plan/2"  # /2: target sections under `targets` (was a fixed `slime` key)
@@ -58,6 +58,7 @@ class Plan(BaseModel):
     threads: dict[str, Thread]
     nodes: dict[str, PlanNode]
     reward: Reward | None = None
+    environment: EnvironmentDecl | None = None
     limits: Limits
     targets: dict[str, dict[str, Any]]  # each compile target's section of the graph, as JSON
     training: Training

@@ -109,6 +109,7 @@ def lower(g: Graph) -> Plan:
         threads=threads,
         nodes={nid: _resolve_node(g, nid, inlined) for nid in g.nodes},
         reward=_resolve_reward(spec),
+        environment=spec.environment,
         limits=spec.limits,
         targets={name: settings.model_dump(mode="json") for name, settings in sorted(g.targets.items())},
         training=Training(

@@ -21,7 +21,6 @@ abort no new engine or tool call starts.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import time
 from collections.abc import Mapping
@@ -32,9 +31,11 @@ from ..engines.base import EngineError, Generation
 from ..plan import Plan
 from ..spec.model import ABORT, END, POLICY, LLMNode
 from .chat import NotAppendOnlyError, ThreadStateError
+from .environment import environment_of, open_environment
+from .finish import finish_samples, usage
 from .handlers import HANDLERS
 from .handlers.llm import strip_stop
-from .ledger import CallRecord, LedgerError, SampleBuilder, TrainingSample, assign_credit
+from .ledger import CallRecord, LedgerError, TrainingSample
 from .outcome import reward_scalar
 from .rollout import RolloutFault, RolloutInput, RolloutState
 from .scope import NodeResult, Renderer, RenderError, merge_state
@@ -165,6 +166,10 @@ class Executor:
 
     async def _execute(self, r: RolloutState, abort: asyncio.Event | None) -> None:
         self._init(r)
+        if self.plan.environment is not None:
+            decl = self.plan.environment
+            args = self.render.value(("environment", "args"), decl.args, self._ctx(r, 0))
+            r.ns["env"] = await open_environment(self.plan, self.user_callable(decl.class_), args, r.resources)
         node_id = self.plan.start
         while node_id not in (END, ABORT):
             if abort is not None and abort.is_set():
@@ -441,10 +446,11 @@ class Executor:
         ctx = self._ctx(r, 0)
         ctx["usage"] = usage(r.calls)
         judge = functools.partial(self._judge, r)
+        live = environment_of(r.resources)
         values = {}
         for path, fn, args in spec.items():
             value = await self.rewards.score(
-                fn, self.render.value(path, args, ctx), judge_model=spec.judge, judge=judge
+                fn, self.render.value(path, args, ctx), judge_model=spec.judge, judge=judge, env=live
             )
             if spec.terms is None:
                 return value
@@ -457,48 +463,7 @@ class Executor:
         return {"score": score, **values}
 
     def _finish_samples(self, r: RolloutState, reward: Any) -> tuple[TrainingSample, ...]:
-        frozen: list[TrainingSample] = []
-        for s in r.samples:
-            if isinstance(s, SampleBuilder):
-                try:
-                    s = s.freeze()
-                except LedgerError:
-                    continue  # a thread sample with no response yet: nothing to train on
-            frozen.append(s)
-        credits: tuple[Any, ...] = (None,) * len(frozen)
-        if reward is not None and frozen and self.plan.reward is not None:
-            credits = assign_credit(
-                reward_scalar(reward, self.plan.reward.key),
-                len(frozen),
-                self.plan.reward.credit,
-                self.plan.reward.discount,
-            )
-        out = []
-        for i, (s, credit) in enumerate(zip(frozen, credits)):
-            status = r.status if r.status in ("aborted", "failed") else s.status
-            out.append(dataclasses.replace(s, index=i, rollout_id=r.inp.rollout_id, status=status, reward=credit))
-        return tuple(out)
-
-
-def usage(calls: list[CallRecord]) -> dict[str, Any]:
-    """What a rollout used, for rewards: cost, latency, tokens, and calls per node and per endpoint."""
-    by_node: dict[str, int] = {}
-    by_endpoint: dict[str, dict[str, float]] = {}
-    for c in calls:
-        by_node[c.node] = by_node.get(c.node, 0) + 1
-        e = by_endpoint.setdefault(c.endpoint, {"calls": 0, "cost": 0.0, "latency_s": 0.0, "tokens": 0})
-        e["calls"] += 1
-        e["cost"] += c.cost
-        e["latency_s"] += c.latency_s
-        e["tokens"] += c.prompt_tokens + c.completion_tokens
-    return {
-        "cost": sum(c.cost for c in calls),
-        "latency_s": sum(c.latency_s for c in calls),
-        "prompt_tokens": sum(c.prompt_tokens for c in calls),
-        "completion_tokens": sum(c.completion_tokens for c in calls),
-        "calls": by_node,
-        "endpoints": by_endpoint,
-    }
+        return finish_samples(r.samples, reward, self.plan.reward, r.status, r.inp.rollout_id)
 
 
 def _is_message(x: Any) -> bool:

@@ -142,5 +142,5 @@ JudgeFn = Callable[[str, list[dict[str, Any]], int], Awaitable[str]]
 
 class RewardScorer(Protocol):
     async def score(
-        self, fn: str, args: dict[str, Any], *, judge_model: str | None, judge: JudgeFn
+        self, fn: str, args: dict[str, Any], *, judge_model: str | None, judge: JudgeFn, env: Any = None
     ) -> float | dict[str, Any]: ...

@@ -48,6 +48,7 @@ CODES: dict[str, tuple[str, str]] = {
     "E306": ("unknown-thread", "a node continues or appends to a thread that is not declared"),
     "E307": ("unknown-state", "a node writes a state variable that is not declared"),
     "E308": ("unknown-constant", "a `$NAME` value names no constant"),
+    "E309": ("no-environment", "env_step, env_reward or an `env` parameter used by a graph with no `environment:`"),
     "E401": ("trained-frozen-model", "a trained node runs on a frozen (non-policy) model"),
     "W402": ("no-trained-node", "no node is trained: the graph produces no training signal"),
     "E403": ("fanout-incompatible", "a fan-out graph combined with slime settings that break it"),

@@ -461,6 +461,9 @@ def _sites(g: Graph) -> Iterator[Site]:
         for i, b in enumerate(getattr(n, "next", None) or ()):
             if b.when is not None:
                 yield site(base + ("next", i, "when"), b.when, "expression", nid)
+    if spec.environment:
+        for p, t in walk_strings(spec.environment.args, ("environment", "args")):
+            yield site(p, t, "template", None)
     if spec.reward:
         for path, _, args in spec.reward.items():
             for p, t in walk_strings(args, path):

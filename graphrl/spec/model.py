@@ -97,6 +97,21 @@ class StateVar(_Base):
     cut: Literal["middle", "start", "end"] = Field("middle", description="where over-long strings are cut")
 
 
+class EnvironmentDecl(_Base):
+    """A per-rollout stateful environment: a user class, made at the rollout's start and closed at its end."""
+
+    class_: str = Field(
+        alias="class",
+        description="module:Class next to the graph; made with args, then reset() (its return value is "
+        "`env` in templates), step(action) through the env_step tool, reward() through the env_reward "
+        "reward, close() at the rollout's end (each optional, sync or async)",
+    )
+    args: dict[str, Any] = Field(
+        default_factory=dict, description="keyword arguments (templates over inputs, constants and the row)"
+    )
+    timeout: float = Field(30.0, gt=0, description="seconds allowed for each of make+reset, step, reward and close")
+
+
 class Thread(_Base):
     """An append-only conversation: its opening messages and optional tool schemas."""
 
@@ -200,4 +215,5 @@ class GraphSpec(_Base):
     start: str | None = None
     nodes: dict[str, AnyNode] = Field(min_length=1, description="node id -> node (llm, tool, switch, or update-only)")
     reward: Reward | None = None
+    environment: EnvironmentDecl | None = None
     limits: Limits = Field(default_factory=Limits)

@@ -20,8 +20,11 @@ from typing import Any
 
 import aiohttp
 
+from ..runtime import environment
+from ..runtime.environment import environment_of, with_env
 from ..runtime.scope import cut
 from ..runtime.services import RolloutResources, ToolResult
+from ..spec.builtins import TOOL_FIELDS
 from ..spec.imports import ImportProblem, resolve_callable
 from .python_exec import run_python
 from .python_session import PythonSession
@@ -99,6 +102,9 @@ class ToolBox:
             res = ToolResult(
                 f"[tool {tool} failed: {type(exc).__name__}: {exc}]", ok=False, error=f"{type(exc).__name__}: {exc}"
             )
+        if tool in TOOL_FIELDS:  # a built-in's documented fields exist even when it failed (None then)
+            data = dict.fromkeys(TOOL_FIELDS[tool]) | (res.data if isinstance(res.data, dict) else {})
+            return ToolResult(cut(res.text, max_chars), res.ok, res.error, data)
         return ToolResult(cut(res.text, max_chars), res.ok, res.error, res.data)
 
     async def _dispatch(
@@ -106,6 +112,8 @@ class ToolBox:
     ) -> ToolResult:
         if tool == "python":
             return await self._python(args, timeout, resources)
+        if tool == "env_step":
+            return await environment.step(environment_of(resources), args.get("action"))
         if tool == "retrieve":
             return await retrieve(
                 args["url"], str(args["query"]), int(args.get("topk", 3)), timeout=timeout, session=self._session()
@@ -113,6 +121,7 @@ class ToolBox:
         fn = self._user(tool)
         if isinstance(fn, ImportProblem):
             return ToolResult(f"[tool {tool} unavailable: {fn.message}]", ok=False, error=fn.message)
+        args = with_env(fn, args, environment_of(resources))
         if inspect.iscoroutinefunction(fn):
             value = await fn(**args)
         else:

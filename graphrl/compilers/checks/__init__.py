@@ -28,6 +28,7 @@ CHECKS = (
     refs.check_models,
     refs.check_threads,
     refs.check_state_writes,
+    refs.check_environment,
     refs.check_tools,
     refs.check_rewards,
     templates.check_templates,
