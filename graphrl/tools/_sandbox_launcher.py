@@ -400,7 +400,7 @@ def main():
     l1 = os.fork()
     if l1:
         os.close(report_fd)
-        sys.exit(_wait_for(l1))
+        os._exit(_wait_for(l1))  # no interpreter teardown: the call ends as soon as its code does
     # L1: pid 1 of the new pid namespace (when there is one)
     _die_with_parent()
     if report["mount_namespace"]:
@@ -416,7 +416,7 @@ def main():
         os.close(report_fd)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, signal.SIG_IGN)  # only the parent's SIGKILL (or L0's death) ends L1
-        sys.exit(_wait_for(l2))
+        os._exit(_wait_for(l2))
     # L2: becomes the user's program
     _die_with_parent()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):

@@ -30,6 +30,7 @@ from .python_exec import run_python
 from .python_session import PythonSession
 from .retrieval import retrieve
 from .sandbox_host import SandboxPolicy, sweep_leftovers
+from .sandbox_pool import SandboxPool
 
 
 class ToolBox:
@@ -40,6 +41,8 @@ class ToolBox:
         self._search = list(search or [])
         self._sandbox = sandbox or SandboxPolicy()
         self._swept = False
+        self._pool: SandboxPool | None = None  # warm sandboxes of the event loop that made them
+        self._pool_loop: asyncio.AbstractEventLoop | None = None
         self._fns: dict[str, Callable[..., Any] | ImportProblem] = {}
         self._http: aiohttp.ClientSession | None = None
         self._http_loop: asyncio.AbstractEventLoop | None = None
@@ -52,8 +55,24 @@ class ToolBox:
             self._http_loop = loop
         return self._http
 
+    def _warm(self) -> SandboxPool | None:
+        if self._sandbox.warm <= 0:
+            return None
+        loop = asyncio.get_running_loop()
+        if self._pool is None or self._pool_loop is not loop:
+            if self._pool is not None:  # made in another loop: its processes end with that loop's pipes
+                self._pool.abandon()
+            self._pool, self._pool_loop = SandboxPool(self._sandbox, self._sandbox.warm), loop
+        return self._pool
+
     async def close(self) -> None:
-        """Close the HTTP session of this event loop's tools (no-op if none was opened)."""
+        """Close the HTTP session and the warm sandboxes of this event loop's tools (no-op if none)."""
+        pool, self._pool, self._pool_loop = self._pool, None, None
+        if pool is not None:
+            try:
+                await pool.close()
+            except RuntimeError:  # made in a loop that is gone
+                pool.abandon()
         http, self._http, self._http_loop = self._http, None, None
         if http is not None and not http.closed:
             try:
@@ -69,7 +88,7 @@ class ToolBox:
         policy = self._sandbox.with_strict(self._sandbox.strict or _truthy(args.get("strict")))
         code = str(args.get("code", ""))
         if not _truthy(args.get("session")):
-            return await run_python(code, timeout=timeout, stdin=args.get("stdin"), policy=policy)
+            return await run_python(code, timeout=timeout, stdin=args.get("stdin"), policy=policy, warm=self._warm())
         if resources is None:
             return ToolResult(
                 "[python session: no rollout to hold it (called outside a graph)]", ok=False, error="session"

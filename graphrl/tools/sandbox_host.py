@@ -27,6 +27,7 @@ from ..errors import UsageProblem
 MEMORY_BYTES = 1 << 30  # address space per process, and all processes of one call together (cgroup)
 DISK_BYTES = 64 << 20  # everything one call may write (its work directory is a tmpfs of this size)
 MAX_PROCS = 64  # processes (and threads) at once
+WARM_SANDBOXES = 2  # default GRAPHRL_SANDBOX_WARM
 BACKENDS = ("auto", "bubblewrap", "launcher")
 WORKDIR_PREFIX = "graphrl-py-"
 CGROUP_V1 = {"pids": "/sys/fs/cgroup/pids", "memory": "/sys/fs/cgroup/memory"}
@@ -48,6 +49,9 @@ class SandboxPolicy:
     memory_bytes: int = MEMORY_BYTES
     disk_bytes: int = DISK_BYTES
     max_procs: int = MAX_PROCS
+    # sandboxes started ahead of time per event loop; 0 (the library default): every call starts its
+    # own. `graphrl run` and the slime target read GRAPHRL_SANDBOX_WARM (default WARM_SANDBOXES).
+    warm: int = 0
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -55,11 +59,16 @@ class SandboxPolicy:
 
     @classmethod
     def from_env(cls, env: dict[str, str] | os._Environ[str]) -> SandboxPolicy:
-        """GRAPHRL_SANDBOX=auto|bubblewrap|launcher, GRAPHRL_SANDBOX_STRICT=1 (read once, at the edge)."""
+        """GRAPHRL_SANDBOX=auto|bubblewrap|launcher, GRAPHRL_SANDBOX_STRICT=1, GRAPHRL_SANDBOX_WARM=N
+        (read once, at the edge)."""
         strict = env.get("GRAPHRL_SANDBOX_STRICT", "").strip().lower()
         if strict not in ("", "0", "1", "true", "false", "yes", "no"):
             raise SandboxConfigError(f"GRAPHRL_SANDBOX_STRICT={strict!r}: use 1 or 0")
-        return cls(backend=env.get("GRAPHRL_SANDBOX", "auto").strip() or "auto", strict=strict in ("1", "true", "yes"))
+        warm = env.get("GRAPHRL_SANDBOX_WARM", str(WARM_SANDBOXES)).strip()
+        if not warm.isdigit() or int(warm) > 256:
+            raise SandboxConfigError(f"GRAPHRL_SANDBOX_WARM={warm!r}: use a number of sandboxes from 0 to 256")
+        backend = env.get("GRAPHRL_SANDBOX", "auto").strip() or "auto"
+        return cls(backend=backend, strict=strict in ("1", "true", "yes"), warm=int(warm))
 
     def with_strict(self, strict: bool) -> SandboxPolicy:
         return self if strict == self.strict else replace(self, strict=strict)

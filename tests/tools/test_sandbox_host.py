@@ -25,7 +25,7 @@ linux = pytest.mark.skipif(sys.platform != "linux", reason="namespaces, cgroups 
 
 
 def test_policy_from_env_reads_backend_and_strict():
-    assert SandboxPolicy.from_env({}) == SandboxPolicy()
+    assert SandboxPolicy.from_env({}) == SandboxPolicy(warm=2)
     pol = SandboxPolicy.from_env({"GRAPHRL_SANDBOX": "launcher", "GRAPHRL_SANDBOX_STRICT": "1"})
     assert (pol.backend, pol.strict) == ("launcher", True)
     with pytest.raises(SandboxConfigError, match="unknown sandbox backend 'docker'"):
