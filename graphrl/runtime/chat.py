@@ -50,7 +50,13 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from graphrl.runtime.chat_template import TemplateRenderer, plain, template_message, template_tools
+from graphrl.runtime.chat_template import (
+    CompletionRenderer,
+    TemplateRenderer,
+    plain,
+    template_message,
+    template_tools,
+)
 
 
 class OnDrift(str, Enum):
@@ -116,9 +122,18 @@ class ChatRenderer:
         stop_token_ids: Iterable[int] | None = None,
         strict: bool = False,
         vocab_size: int | None = None,
+        template_kwargs: Mapping[str, Any] | None = None,
+        completion: bool = False,
     ):
+        """`chat_template`: a template's source instead of the tokenizer's; `template_kwargs`:
+        variables every render gets (e.g. {"enable_thinking": False}); `completion`: no chat
+        template at all, the prompt is the messages' text as written (see `CompletionRenderer`)."""
         self.tokenizer = tokenizer
-        self.template = TemplateRenderer.for_tokenizer(tokenizer, chat_template)
+        self.template: TemplateRenderer | CompletionRenderer = (
+            CompletionRenderer()
+            if completion
+            else TemplateRenderer.for_tokenizer(tokenizer, chat_template, kwargs=template_kwargs)
+        )
         self.strict = strict
         backend = getattr(tokenizer, "backend_tokenizer", None)
         self._backend = None if getattr(tokenizer, "split_special_tokens", False) else backend
@@ -134,6 +149,38 @@ class ChatRenderer:
         except TypeError:
             known = None
         self.vocab_size: int | None = max(known or 0, vocab_size or 0) or None
+        self._variants: dict[str, ChatRenderer] = {}
+
+    @property
+    def completion(self) -> bool:
+        """True in completion mode (no chat template)."""
+        return self.template.completion
+
+    def variant(
+        self,
+        *,
+        chat_template: str | None = None,
+        template_kwargs: Mapping[str, Any] | None = None,
+        completion: bool = False,
+    ) -> ChatRenderer:
+        """This renderer's tokenizer, stop ids and vocabulary with another chat template, template
+        variables, or completion mode (a model's `chat_template`, `chat_template_kwargs`,
+        `completion`). Variants are cached: the template compiles once per renderer."""
+        if completion:
+            chat_template, template_kwargs = None, None
+        key = repr((chat_template, sorted((template_kwargs or {}).items()), completion))
+        out = self._variants.get(key)
+        if out is None:
+            out = self._variants[key] = ChatRenderer(
+                self.tokenizer,
+                chat_template=chat_template or (None if self.completion else self.template.source),
+                stop_token_ids=self.stop_token_ids,
+                strict=self.strict,
+                vocab_size=self.vocab_size,
+                template_kwargs={**self.template.kwargs, **(template_kwargs or {})},
+                completion=completion,
+            )
+        return out
 
     # -- text <-> ids -----------------------------------------------------------------------------
     def encode(self, text: str) -> tuple[int, ...]:
@@ -244,6 +291,10 @@ class ChatThread:
 
     def __len__(self) -> int:
         return len(self._ids)
+
+    @property
+    def renderer(self) -> ChatRenderer:
+        return self._r
 
     @property
     def text(self) -> str:

@@ -36,6 +36,7 @@ from .handlers import HANDLERS
 from .handlers.llm import strip_stop
 from .ledger import CallRecord, LedgerError, SampleBuilder, TrainingSample, assign_credit
 from .outcome import reward_scalar
+from .renderers import ModelRenderers
 from .rollout import RolloutFault, RolloutInput, RolloutState
 from .scope import NodeResult, Renderer, RenderError, merge_state
 from .services import Endpoints, RewardScorer, ToolRunner, UnknownModel
@@ -80,6 +81,7 @@ class Executor:
         self.rewards = rewards
         self.sampling = dict(sampling or {})
         self.render = Renderer(plan)
+        self.renderers = ModelRenderers(plan, endpoints)
         self.clock = clock
 
     # ------------------------------------------------------------------ public
@@ -297,7 +299,7 @@ class Executor:
         value = self.render.expr(("nodes", nid, "foreach", "over"), fe.over, self._ctx(r, 0))
         if fe.chunk_tokens:
             model = node.llm if isinstance(node, LLMNode) and not node.dynamic_model else POLICY
-            renderer = self.endpoints.renderer(model)
+            renderer = self.renderers.for_model(model)
             text = "" if value is None else str(value)
             # Tokenising a long document is CPU work: keep it off the event loop.
             ids = await asyncio.to_thread(renderer.encode, text)
@@ -323,7 +325,7 @@ class Executor:
             msgs = self.messages(("threads", name, "prompt"), decl.prompt, ctx)
             tools = self.render.value(("threads", name, "tools"), decl.tools, ctx) if decl.tools else None
             self.plain_text(("threads", name, "tools"), tools)
-            chat = self.endpoints.renderer(POLICY).thread(msgs, tools=tools)
+            chat = self.renderers.for_thread(name).thread(msgs, tools=tools)
             th = r.threads[name] = TrainedThread(
                 chat,
                 sampled=name in self.plan.training.threads,
@@ -414,7 +416,7 @@ class Executor:
         """A judge call for the reward: same endpoint limits and call accounting as any llm call."""
         if model not in self.plan.models:
             raise UnknownModel(f"{self.plan.span('reward', 'judge')}: judge model '{model}' is not declared")
-        renderer = self.endpoints.renderer(model)
+        renderer = self.renderers.for_model(model)
         ids = renderer.start(messages)
         params = {
             **self.sampling,

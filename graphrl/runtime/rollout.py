@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from ..engines.base import Generation
 from ..plan import Plan
 from .ledger import CallRecord, SampleBuilder, TrainingSample
+from .renderers import ModelRenderers
 from .scope import Renderer
 from .services import Endpoints, ToolRunner
 from .trained_thread import TrainedThread
@@ -59,6 +60,7 @@ class StepServices(Protocol):
     plan: Plan
     render: Renderer
     endpoints: Endpoints
+    renderers: ModelRenderers
     tools: ToolRunner
     sampling: dict[str, Any]
     clock: Callable[[], float]
@@ -66,6 +68,8 @@ class StepServices(Protocol):
     def thread(self, r: RolloutState, name: str) -> TrainedThread: ...
 
     def messages(self, path: tuple, prompt: Any, ctx: dict[str, Any]) -> list[dict[str, Any]]: ...
+
+    def plain_text(self, path: tuple, value: Any) -> Any: ...
 
     async def generate(
         self, r: RolloutState, model: str, ids: tuple[int, ...], params: dict[str, Any], nid: str, visit: int
