@@ -12,6 +12,7 @@ from typing import Any
 
 from ...engines.base import EngineError
 from ...spec.common import POLICY
+from ..chat import NotAppendOnlyError
 from ..chat_template import CompletionModeError
 from ..ledger import SampleBuilder
 from ..parsers import parse_output
@@ -89,7 +90,14 @@ async def run_llm(
             if node.prompt:
                 msgs = ex.messages(("nodes", nid, "prompt"), node.prompt, ctx)
                 thread.add_messages(_bounded(ex, nid, msgs, bound))
-            ids = thread.prepare(ex.plan.threads[node.thread].on_drift, node=nid, visit=visit)
+            try:
+                ids = thread.prepare(ex.plan.threads[node.thread].on_drift, node=nid, visit=visit)
+            except NotAppendOnlyError as exc:
+                raise RenderError(
+                    ex.plan.span("threads", node.thread, "on_drift") or ex.plan.span("threads", node.thread),
+                    f"thread '{node.thread}' at '{nid}' (visit {visit}): {exc}; on_drift: fail ends the "
+                    "rollout here (on_drift: new_sample would start a new training sample instead)",
+                ) from None
         else:
             tools = None
             if node.tools is not None:
