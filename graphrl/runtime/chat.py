@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from graphrl.runtime.chat_parts import DeltaPart, label_parts
 from graphrl.runtime.chat_template import (
     CompletionRenderer,
     TemplateRenderer,
@@ -83,16 +84,6 @@ class DeltaMismatchError(ValueError):
 
 class ThreadStateError(RuntimeError):
     """A thread method was called out of order (e.g. two outputs without a prepare between)."""
-
-
-@dataclass(frozen=True)
-class DeltaPart:
-    """ids[start:end] of a delta: message content ("observation") or template text ("template")."""
-
-    start: int
-    end: int
-    kind: str  # "observation" | "template"
-    message_index: int | None  # the thread message whose content it is (observations only)
 
 
 @dataclass(frozen=True)
@@ -400,7 +391,7 @@ class ChatThread:
         self._ids.extend(ids)
         self._text, self._tail, self._state = rendered, "", "ready"
         self._messages, self._pending = history, []
-        parts = _label_parts(delta_text, ids, enc, new_messages)
+        parts = label_parts(delta_text, ids, enc, new_messages)
         return ThreadDelta("append", tuple(ids), delta_text, parts, kept_stop=kept)
 
     # -- internals -------------------------------------------------------------------------------
@@ -485,53 +476,3 @@ def _common_prefix(a: str, b: str) -> int:
         else:
             hi = mid - 1
     return lo
-
-
-def _label_parts(
-    text: str, ids: list[int], enc: Any, messages: list[tuple[int, dict[str, Any]]]
-) -> tuple[DeltaPart, ...]:
-    """Split delta ids into observation (a new message's content) and template runs.
-
-    Best effort, informational (every delta token has mask 0 whatever its label): a token is an
-    observation of message i when its first character lies inside i's content, found in order in
-    the delta text. Without character offsets (slow tokenizers) the whole delta is "template".
-    """
-    n = len(ids)
-    if n == 0:
-        return ()
-    if enc is None:
-        return (DeltaPart(0, n, "template", None),)
-    cuts: list[tuple[int, int, int]] = []  # (first token, end token, message index)
-    cursor = 0
-    for index, message in messages:
-        content = message.get("content")
-        if not isinstance(content, str) or not content:
-            continue
-        at = text.find(content, cursor)
-        if at < 0:
-            continue
-        cursor = at + len(content)
-        first, end = _token_at_or_after(enc, at, n), _token_at_or_after(enc, cursor, n)
-        if first < end:
-            cuts.append((first, end, index))
-    parts: list[DeltaPart] = []
-    pos = 0
-    for first, end, index in cuts:
-        if first < pos:
-            continue
-        if pos < first:
-            parts.append(DeltaPart(pos, first, "template", None))
-        parts.append(DeltaPart(first, end, "observation", index))
-        pos = end
-    if pos < n:
-        parts.append(DeltaPart(pos, n, "template", None))
-    return tuple(parts)
-
-
-def _token_at_or_after(enc: Any, char: int, n: int) -> int:
-    """Index of the first token whose first character is at or after `char` (n if none)."""
-    t = enc.char_to_token(char)
-    if t is None:  # past the end of the text
-        return n
-    start, _ = enc.token_to_chars(t)
-    return t if start >= char else t + 1
