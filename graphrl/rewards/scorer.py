@@ -80,6 +80,8 @@ class RewardBox:
             return text.format_match(**args)
         if fn == "tool_use":
             return text.tool_use(**args)
+        if fn == "value":
+            return float(args["value"])
         if fn == "env_reward":
             return await env_reward(env)
         ref = resolve_callable(fn, self._search)

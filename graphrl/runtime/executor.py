@@ -37,6 +37,7 @@ from .handlers import HANDLERS
 from .handlers.llm import strip_stop
 from .ledger import CallRecord, LedgerError, TrainingSample
 from .outcome import reward_scalar
+from .renderers import ModelRenderers
 from .rollout import RolloutFault, RolloutInput, RolloutState
 from .scope import NodeResult, Renderer, RenderError, merge_state
 from .services import Endpoints, RewardScorer, ToolRunner, UnknownModel
@@ -81,6 +82,7 @@ class Executor:
         self.rewards = rewards
         self.sampling = dict(sampling or {})
         self.render = Renderer(plan)
+        self.renderers = ModelRenderers(plan, endpoints)
         self.clock = clock
 
     # ------------------------------------------------------------------ public
@@ -242,6 +244,8 @@ class Executor:
                 if r.status == "aborted":
                     return END
                 output = res
+                if getattr(node, "reward", None) is not None:
+                    await self._node_reward(r, nid, node, visit, ctx, res)
                 self._record(r, nid, node, visit, ctx, res)
             if abort is not None and abort.is_set():
                 break
@@ -310,7 +314,7 @@ class Executor:
         value = self.render.expr(("nodes", nid, "foreach", "over"), fe.over, self._ctx(r, 0))
         if fe.chunk_tokens:
             model = node.llm if isinstance(node, LLMNode) and not node.dynamic_model else POLICY
-            renderer = self.endpoints.renderer(model)
+            renderer = self.renderers.for_model(model)
             text = "" if value is None else str(value)
             # Tokenising a long document is CPU work: keep it off the event loop.
             ids = await asyncio.to_thread(renderer.encode, text)
@@ -336,7 +340,7 @@ class Executor:
             msgs = self.messages(("threads", name, "prompt"), decl.prompt, ctx)
             tools = self.render.value(("threads", name, "tools"), decl.tools, ctx) if decl.tools else None
             self.plain_text(("threads", name, "tools"), tools)
-            chat = self.endpoints.renderer(POLICY).thread(msgs, tools=tools)
+            chat = self.renderers.for_thread(name).thread(msgs, tools=tools)
             th = r.threads[name] = TrainedThread(
                 chat,
                 sampled=name in self.plan.training.threads,
@@ -427,7 +431,7 @@ class Executor:
         """A judge call for the reward: same endpoint limits and call accounting as any llm call."""
         if model not in self.plan.models:
             raise UnknownModel(f"{self.plan.span('reward', 'judge')}: judge model '{model}' is not declared")
-        renderer = self.endpoints.renderer(model)
+        renderer = self.renderers.for_model(model)
         ids = renderer.start(messages)
         params = {
             **self.sampling,
@@ -438,6 +442,35 @@ class Executor:
         }
         gen, _ = await self.generate(r, model, ids, params, "reward", 1)
         return strip_stop(renderer, gen.output_ids)
+
+    async def _node_reward(
+        self, r: RolloutState, nid: str, node: Any, visit: int, ctx: dict[str, Any], output: NodeResult
+    ) -> None:
+        """A visit's own reward (no judge): kept for its sample and bound as `output.reward`."""
+        spec = node.reward
+        scope = {**ctx, "output": output, nid: output}
+        path = ("nodes", nid, "reward", "args")
+        try:
+            value = await self.rewards.score(
+                spec.fn,
+                self.render.value(path, spec.args, scope),
+                judge_model=None,
+                judge=self._no_judge,
+                env=environment_of(r.resources),
+            )
+            scalar = reward_scalar(value, spec.key or "score") if isinstance(value, Mapping) else float(value)
+        except RenderError:
+            raise
+        except Exception as exc:  # user reward code may raise anything: it fails this rollout only
+            raise RolloutFault(
+                f"{self.plan.span('nodes', nid, 'reward')}: reward of '{nid}': {type(exc).__name__}: {exc}"
+            ) from exc
+        r.node_rewards[(nid, visit)] = scalar
+        output["reward"] = scalar
+
+    @staticmethod
+    async def _no_judge(model: str, messages: list[dict[str, Any]], max_tokens: int) -> str:
+        raise AssertionError("node rewards are scored without a judge")
 
     async def _reward(self, r: RolloutState) -> float | dict[str, Any] | None:
         """The reward's value; a composite reward (`terms:`) gives {score, <term>: value, ...}."""
@@ -463,7 +496,7 @@ class Executor:
         return {"score": score, **values}
 
     def _finish_samples(self, r: RolloutState, reward: Any) -> tuple[TrainingSample, ...]:
-        return finish_samples(r.samples, reward, self.plan.reward, r.status, r.inp.rollout_id)
+        return finish_samples(r.samples, reward, self.plan.reward, r.status, r.inp.rollout_id, r.node_rewards)
 
 
 def _is_message(x: Any) -> bool:

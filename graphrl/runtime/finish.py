@@ -11,7 +11,7 @@ aborted rollout marks every sample so; credit splits exactly the scalar reward (
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..spec.model import Reward
@@ -25,7 +25,11 @@ def finish_samples(
     spec: Reward | None,
     status: str,
     rollout_id: int | str,
+    node_rewards: Mapping[tuple[str, int], float] | None = None,
 ) -> tuple[TrainingSample, ...]:
+    """Samples holding a visit with its own reward (a node `reward:`; the last such visit in the
+    sample) train on it as `reward.node_rewards` says (own, times or plus the rollout's reward); the
+    rest share the rollout's reward by `reward.credit`, among themselves."""
     frozen: list[TrainingSample] = []
     for s in samples:
         if isinstance(s, SampleBuilder):
@@ -34,14 +38,44 @@ def finish_samples(
             except LedgerError:
                 continue  # a thread sample with no response yet: nothing to train on
         frozen.append(s)
-    credits: tuple[Any, ...] = (None,) * len(frozen)
-    if reward is not None and frozen and spec is not None:
-        credits = assign_credit(reward_scalar(reward, spec.key), len(frozen), spec.credit, spec.discount)
+    own = [_own_reward(s, node_rewards) for s in frozen]
+    plain = [i for i, o in enumerate(own) if o is None]
+    credits: list[Any] = [None] * len(frozen)
+    if reward is not None and plain and spec is not None:
+        shares = assign_credit(reward_scalar(reward, spec.key), len(plain), spec.credit, spec.discount)
+        for i, share in zip(plain, shares):
+            credits[i] = share
+    mode = spec.node_rewards if spec is not None else "own"
+    base = _scalar(reward, spec) if mode != "own" else None
+    for i, value in enumerate(own):
+        if value is not None:
+            credits[i] = value if base is None else (value * base if mode == "times" else value + base)
     out = []
     for i, (s, credit) in enumerate(zip(frozen, credits)):
         st = status if status in ("aborted", "failed") else s.status
-        out.append(dataclasses.replace(s, index=i, rollout_id=rollout_id, status=st, reward=credit))
+        meta = s.metadata
+        if own[i] is not None:  # targets normalise these per node (role), not as shares of the rollout
+            role = next(sp.node for sp in reversed(s.spans) if sp.kind == "generated")
+            meta = {**meta, "own_reward": own[i], "role": role}
+        out.append(dataclasses.replace(s, index=i, rollout_id=rollout_id, status=st, reward=credit, metadata=meta))
     return tuple(out)
+
+
+def _own_reward(sample: TrainingSample, node_rewards: Mapping[tuple[str, int], float] | None) -> float | None:
+    if not node_rewards:
+        return None
+    for span in reversed(sample.spans):
+        if span.kind == "generated" and (span.node, span.visit) in node_rewards:
+            return node_rewards[(span.node, span.visit)]
+    return None
+
+
+def _scalar(reward: Any, spec: Reward | None) -> float | None:
+    """The rollout reward as one number for node_rewards: times / plus (None when there is none)."""
+    if reward is None or spec is None:
+        return None
+    value = reward_scalar(reward, spec.key or ("score" if isinstance(reward, Mapping) and "score" in reward else None))
+    return float(value) if not isinstance(value, Mapping) else None
 
 
 def usage(calls: list[CallRecord]) -> dict[str, Any]:

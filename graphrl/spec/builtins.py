@@ -78,6 +78,7 @@ BUILTIN_REWARDS: dict[str, Signature] = {
         ("calls",), ("min",), "1.0 when `calls` (a number, e.g. from usage.calls) >= min (1), else 0.0"
     ),
     "env_reward": Signature((), (), "the rollout's environment: env.reward() (a float, or a dict with the reward key)"),
+    "value": Signature(("value",), (), "the value itself as a float (a template computes it)"),
 }
 
 BUILTIN_GROUP_REWARDS: dict[str, Signature] = {

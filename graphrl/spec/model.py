@@ -75,6 +75,27 @@ class ModelDecl(_Base):
         gt=0,
         description="seconds one request to this endpoint may take (default: graphrl run --engine-timeout, 900)",
     )
+    chat_template: str | None = Field(
+        None,
+        description="a chat-template file (.jinja, .j2, .jinja2), relative to the graph file, rendered "
+        "instead of the tokenizer's chat template",
+    )
+    chat_template_kwargs: dict[str, Any] | None = Field(
+        None, description="variables passed to every render of the chat template, e.g. {enable_thinking: false}"
+    )
+    completion: bool | None = Field(
+        None,
+        description="completion mode: no chat template; a prompt is its messages' text as written, "
+        "tokenised as is (base models)",
+    )
+
+    @model_validator(mode="after")
+    def _one_mode(self) -> ModelDecl:
+        if self.completion and (self.chat_template is not None or self.chat_template_kwargs):
+            raise ValueError(
+                "completion: true means no chat template: remove chat_template / chat_template_kwargs, or completion"
+            )
+        return self
 
 
 class InputDecl(_Base):
@@ -120,7 +141,10 @@ class Thread(_Base):
         None, description="template whose value is a list of tool JSON schemas for the chat template"
     )
     on_drift: Literal["new_sample", "fail"] = Field(
-        "fail", description="what to do when the chat template is not append-only for a transition"
+        "fail",
+        description="when re-rendering the thread does not reproduce the ids already sent (a chat template "
+        "that rewrites history, e.g. drops earlier <think> blocks): start a new training sample from the "
+        "re-rendered conversation, or fail the rollout",
     )
 
 
@@ -160,6 +184,11 @@ class Reward(_Base):
         "sample trains; earlier ones are kept out of the loss)",
     )
     discount: float = Field(1.0, gt=0, le=1, description="credit: discounted: the factor per later sample")
+    node_rewards: Literal["own", "times", "plus"] = Field(
+        "own",
+        description="samples of nodes with their own reward: train on it (own), on it times this rollout "
+        "reward (times), or on it plus this reward (plus); samples without one get credit as usual",
+    )
     group: GroupReward | None = None
 
     @model_validator(mode="after")

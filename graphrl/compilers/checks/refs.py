@@ -210,6 +210,36 @@ def _check_parser(g: Graph, p: Parse, path: tuple) -> Iterator[Diagnostic]:
         yield from _check_parser(g, p.fallback, path + ("fallback",))
 
 
+def check_node_rewards(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
+    """A node's own reward: a known reward with fitting arguments, on a node whose tokens are trained (E311)."""
+    for nid, n in g.nodes.items():
+        nr = getattr(n, "reward", None)
+        if nr is None:
+            continue
+        path = ("nodes", nid, "reward")
+        if not (isinstance(n, LLMNode) and n.trained and n.sample_mode != "none"):
+            yield Diagnostic(
+                "E311",
+                f"node '{nid}' has a reward but trains no tokens: there is no sample for it to score",
+                g.span(*path, key=True),
+                "put the reward on a trained policy node (train: true), or score this in the graph's reward:",
+            )
+            continue
+        if nr.fn in BUILTIN_REWARDS:
+            yield from _no_environment(g, nr.fn, "reward", path + ("fn",))
+            # rule-based only: node rewards are scored without a judge model
+            yield from _check_builtin(BUILTIN_REWARDS[nr.fn], nr.args, f"reward '{nr.fn}'", path + ("args",), g)
+        elif ":" in nr.fn:
+            yield from _check_user(nr.fn, 0, nr.args, "E303", path + ("fn",), g, env_ok=True)
+        else:
+            yield Diagnostic(
+                "E305",
+                f"unknown reward '{nr.fn}'",
+                g.span(*path, "fn"),
+                did_you_mean(nr.fn, BUILTIN_REWARDS) or f"built-in rewards: {', '.join(BUILTIN_REWARDS)}",
+            )
+
+
 def check_rewards(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
     r = g.spec.reward
     if r is None:

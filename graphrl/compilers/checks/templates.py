@@ -26,7 +26,7 @@ from ..flow import Flow
 
 GLOBALS = frozenset({"row", "visits", "threads"})
 ROW_FIELDS = frozenset({"prompt", "label", "metadata", "row"})
-AFTER_RUN = ("update", "next", "append_to")
+AFTER_RUN = ("update", "next", "append_to", "reward")
 LLM_RESULT = frozenset({"text", "ok", "model", "finish_reason", "parse_error", "error"})
 TOOL_RESULT = frozenset({"text", "ok", "error"})
 
@@ -34,10 +34,11 @@ TOOL_RESULT = frozenset({"text", "ok", "error"})
 def result_fields(node) -> frozenset[str] | None:
     """Fields of a node's result, or None when unknown (custom parser or user tool)."""
     if isinstance(node, LLMNode):
+        base = LLM_RESULT | ({"reward"} if node.reward is not None else set())
         if node.parse is None:
-            return LLM_RESULT
+            return base
         extra = node.parse.produced_fields()
-        return None if extra is None else LLM_RESULT | extra
+        return None if extra is None else base | extra
     if isinstance(node, ToolNode):
         return TOOL_RESULT | frozenset(TOOL_FIELDS.get(node.tool, ())) if ":" not in node.tool else None
     return frozenset()
