@@ -81,7 +81,7 @@ class Executor:
         self.tools = tools
         self.rewards = rewards
         self.sampling = dict(sampling or {})
-        self.render = Renderer(plan)
+        self.render = Renderer(plan, count_tokens=lambda text, model: len(endpoints.renderer(model).encode(text)))
         self.renderers = ModelRenderers(plan, endpoints)
         self.clock = clock
 
@@ -280,6 +280,7 @@ class Executor:
         ctx["output"] = output
         ctx[nid] = output
         r.ns[nid] = output
+        ctx["thread_tokens"] = {k: len(t.chat) for k, t in r.threads.items()}  # as the visit left them
         self._updates(r, nid, node, ctx)
         if node.append_to is not None:
             where = ("nodes", nid, "append_to", "content")
@@ -298,6 +299,7 @@ class Executor:
         ctx.update(r.state)
         ctx["visit"] = visit
         ctx["threads"] = {k: list(t.messages) for k, t in r.threads.items()}
+        ctx["thread_tokens"] = {k: len(t.chat) for k, t in r.threads.items()}
         return ctx
 
     def _updates(self, r: RolloutState, nid: str, node: Any, ctx: dict[str, Any]) -> None:

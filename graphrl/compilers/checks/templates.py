@@ -24,7 +24,7 @@ from ...spec.load import Graph, Site
 from ...spec.model import LLMNode, ToolNode
 from ..flow import Flow
 
-GLOBALS = frozenset({"row", "visits", "threads"})
+GLOBALS = frozenset({"row", "visits", "threads", "thread_tokens"})
 ROW_FIELDS = frozenset({"prompt", "label", "metadata", "row"})
 AFTER_RUN = ("update", "next", "append_to", "reward")
 LLM_RESULT = frozenset({"text", "ok", "model", "finish_reason", "parse_error", "error"})
