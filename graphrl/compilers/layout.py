@@ -79,7 +79,21 @@ def sample_layout(g: Graph, flow: Flow) -> SampleLayout:
     )
     calls = sum((visit_bound(g, flow, nid) or 2) for nid in per_call)
     again = rerendered_threads(g, flow)
+    # threads that may restart as a new sample: re-rendered with on_drift: new_sample, or with a
+    # token budget (truncation restarts them) and called more than once
     drift = tuple(
-        t for t in threads if t in g.spec.threads and g.spec.threads[t].on_drift == "new_sample" and t in again
+        t
+        for t in threads
+        if t in g.spec.threads
+        and (
+            (g.spec.threads[t].on_drift == "new_sample" and t in again)
+            or (g.spec.threads[t].max_tokens is not None and _called_again(g, flow, t))
+        )
     )
     return SampleLayout(per_call, threads, calls + len(threads) > 1 or bool(drift), drift)
+
+
+def _called_again(g: Graph, flow: Flow, thread: str) -> bool:
+    """A thread whose nodes may call it more than once (a loop, several nodes, or foreach)."""
+    nodes = [nid for nid, n in g.nodes.items() if isinstance(n, LLMNode) and n.thread == thread]
+    return len(nodes) > 1 or any((visit_bound(g, flow, nid) or 2) > 1 for nid in nodes)

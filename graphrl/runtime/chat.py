@@ -86,6 +86,10 @@ class ThreadStateError(RuntimeError):
     """A thread method was called out of order (e.g. two outputs without a prepare between)."""
 
 
+class ContextBudgetError(ValueError):
+    """A thread does not fit its `max_tokens` budget even after truncation."""
+
+
 @dataclass(frozen=True)
 class ThreadDelta:
     """What `prepare` adds. kind "prompt": `ids` are a whole new prompt (the first call, or a
@@ -271,6 +275,7 @@ class ChatThread:
         self._tail = ""  # text of the stop token the last output ended with ("" if none)
         self._state = "new"  # "new" -> "ready" <-> "answered"
         self._continuing = False  # the next output extends the last assistant message (in-response text)
+        self._opening = 0  # how many messages the thread opened with (kept when a budget truncates it)
         self.prompt_length = 0
 
     @property
@@ -360,12 +365,21 @@ class ChatThread:
         self._state, self._continuing = "ready", True
         return tuple(ids)
 
-    def prepare(self, on_drift: OnDrift | str = OnDrift.FAIL) -> ThreadDelta:
-        """Render pending messages + the generation prompt; extend `ids` (see ThreadDelta.kind)."""
+    def prepare(self, on_drift: OnDrift | str = OnDrift.FAIL, budget: int | None = None) -> ThreadDelta:
+        """Render pending messages + the generation prompt; extend `ids` (see ThreadDelta.kind).
+        `budget`: past that many ids, restart from the opening messages and the latest messages
+        that fit (`_truncate`: a new sample); ContextBudgetError when not even those fit."""
+        delta = self._prepare(on_drift)
+        if budget is not None and len(self._ids) > budget:
+            return self._truncate(budget)
+        return delta
+
+    def _prepare(self, on_drift: OnDrift | str) -> ThreadDelta:
         on_drift = OnDrift(on_drift)
         if self._state == "new":
             rendered = self._render(self._pending)  # may raise: then nothing has changed
             self._messages, self._pending = self._pending, []
+            self._opening = len(self._messages)
             return self._restart(rendered, drift=None)
         if self._state == "ready" and not self._pending:
             return ThreadDelta("append", (), "", ())
@@ -398,6 +412,24 @@ class ChatThread:
     def _render(self, messages: list[dict[str, Any]], generation_prompt: bool = True) -> str:
         return self._r.template.render(
             messages, tools=self._tools, add_generation_prompt=generation_prompt, variables=self._vars
+        )
+
+    def _truncate(self, budget: int) -> ThreadDelta:
+        """Drop the oldest messages after the opening ones, whole and starting the kept part at a
+        user message, until the rendering fits in `budget` ids; restart from it (a new sample)."""
+        opening, rest = self._messages[: self._opening], self._messages[self._opening :]
+        for start in range(1, len(rest)):  # the newest message is always kept
+            if start < len(rest) - 1 and rest[start].get("role") != "user":
+                continue
+            kept = opening + rest[start:]
+            rendered = self._render(kept)
+            if len(self._r.encode(rendered)) <= budget:
+                self._messages = kept
+                note = f"truncated to {budget} tokens: dropped {start} of {len(rest)} messages after the opening"
+                return self._restart(rendered, drift=note)
+        raise ContextBudgetError(
+            f"the thread needs more than its {budget}-token budget even with only its opening messages "
+            "and the newest turn"
         )
 
     def _restart(self, rendered: str, drift: str | None) -> ThreadDelta:

@@ -140,6 +140,12 @@ class Thread(_Base):
     tools: str | None = Field(
         None, description="template whose value is a list of tool JSON schemas for the chat template"
     )
+    max_tokens: int | None = Field(
+        None,
+        ge=16,
+        description="token budget of the thread: before a call that would send more, the oldest messages "
+        "after the opening ones are dropped (a new training sample starts from the shortened conversation)",
+    )
     on_drift: Literal["new_sample", "fail"] = Field(
         "fail",
         description="when re-rendering the thread does not reproduce the ids already sent (a chat template "

@@ -12,11 +12,11 @@ from typing import Any
 
 from ...engines.base import EngineError
 from ...spec.common import POLICY
-from ..chat import NotAppendOnlyError
+from ..chat import ContextBudgetError, NotAppendOnlyError
 from ..chat_template import CompletionModeError
 from ..ledger import SampleBuilder
 from ..parsers import parse_output
-from ..rollout import RolloutState, StepServices
+from ..rollout import RolloutFault, RolloutState, StepServices
 from ..scope import NodeResult, RenderError
 from ..services import UnknownModel
 from .base import Handler
@@ -90,8 +90,15 @@ async def run_llm(
             if node.prompt:
                 msgs = ex.messages(("nodes", nid, "prompt"), node.prompt, ctx)
                 thread.add_messages(_bounded(ex, nid, msgs, bound))
+            decl = ex.plan.threads[node.thread]
             try:
-                ids = thread.prepare(ex.plan.threads[node.thread].on_drift, node=nid, visit=visit)
+                ids = thread.prepare(decl.on_drift, node=nid, visit=visit, budget=decl.max_tokens)
+            except ContextBudgetError as exc:
+                raise RolloutFault(
+                    f"{ex.plan.span('threads', node.thread, 'max_tokens')}: thread '{node.thread}' at '{nid}' "
+                    f"(visit {visit}): {exc}",
+                    status="truncated",
+                ) from None
             except NotAppendOnlyError as exc:
                 raise RenderError(
                     ex.plan.span("threads", node.thread, "on_drift") or ex.plan.span("threads", node.thread),
