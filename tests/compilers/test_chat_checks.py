@@ -65,7 +65,7 @@ def codes(diags):
 
 
 def test_a_rewriting_template_on_a_rerendered_thread_warns_and_fans_out(tmp_path):
-    g, diags = _check(tmp_path)
+    g, diags = _check(tmp_path, drift=", on_drift: new_sample")
     (w,) = [d for d in diags if d.code == "W406"]
     assert "'user' message" in w.message and "new training sample" in w.message
     layout = sample_layout(g, build_flow(g))
@@ -127,7 +127,7 @@ def test_completion_with_a_chat_template_is_E003(tmp_path):
 
 
 def test_E403_names_on_drift_when_a_rewrite_can_fan_out(tmp_path):
-    _, diags = _check(tmp_path)
+    _, diags = _check(tmp_path, drift=", on_drift: new_sample")
     path = tmp_path / "g.yaml"
     path.write_text(path.read_text() + "slime:\n  partial_rollout: true\n")
     _, diags = check_file(path)

@@ -1,7 +1,7 @@
 """Chat templates that rewrite history (Qwen3-style: earlier <think> blocks dropped once a new user
 turn arrives): at run time, re-rendering the thread does not reproduce the ids already trained, and
-the thread's `on_drift` decides -- a new training sample from the re-rendered conversation (the
-default) or a failed rollout with the first differing text. Token-level, real Qwen tokenizer."""
+the thread's `on_drift` decides -- a new training sample from the re-rendered conversation
+(`new_sample`) or a failed rollout with the first differing text (`fail`, the default). Token-level, real Qwen tokenizer."""
 
 from __future__ import annotations
 
@@ -48,8 +48,13 @@ def _plan(kit, on_drift: str | None):
     return kit.plan(GRAPH.replace("ON_DRIFT", f"on_drift: {on_drift}" if on_drift else ""))
 
 
-def test_a_rewritten_history_starts_a_new_sample_by_default(kit, tok):
+def test_the_default_is_fail_and_one_sample(kit):
     plan = _plan(kit, None)
+    assert plan.threads["main"].on_drift == "fail" and not plan.training.fanout
+
+
+def test_a_rewritten_history_starts_a_new_sample_with_new_sample(kit, tok):
+    plan = _plan(kit, "new_sample")
     assert plan.threads["main"].on_drift == "new_sample" and plan.training.fanout
     engine = kit.engine([THINK, "6"])
     res = kit.run(kit.executor(plan, {"policy": engine}), {"prompt": "2+2?"}, rollout_id=7)
