@@ -19,7 +19,7 @@ import sys
 import time
 
 from graphrl.tools.python_exec import run_python
-from graphrl.tools.sandbox_host import SandboxPolicy, bubblewrap_works
+from graphrl.tools.sandbox_host import WARM_SANDBOXES, SandboxPolicy, bubblewrap_works
 from graphrl.tools.sandbox_pool import SandboxPool
 
 CODE = "print(1)"
@@ -35,6 +35,7 @@ async def _bare() -> None:
 
 def _sandboxed(policy: SandboxPolicy | None, warm: bool = False):
     pools: dict[int, SandboxPool] = {}
+    served = [0, 0]  # calls served warm, the pool's count last seen
 
     async def call() -> None:
         pol = policy or SandboxPolicy()
@@ -44,6 +45,8 @@ def _sandboxed(policy: SandboxPolicy | None, warm: bool = False):
             pool = pools.setdefault(loop, SandboxPool(pol, pol.warm))
         res = await run_python(CODE, timeout=10, policy=pol, isolate=policy is not None, warm=pool)
         assert res.ok and res.text == "1\n", res.text
+        served[0] += bool(pool and pool.served > served[1])
+        served[1] = pool.served if pool else 0
 
     async def close() -> None:
         for pool in pools.values():
@@ -51,6 +54,7 @@ def _sandboxed(policy: SandboxPolicy | None, warm: bool = False):
         pools.clear()
 
     call.close = close  # type: ignore[attr-defined]
+    call.served = served  # type: ignore[attr-defined]
     return call
 
 
@@ -81,12 +85,13 @@ def main(argv: list[str] | None = None) -> int:
     rows = [("bare python -I -c", _bare), ("none (isolate=False)", _sandboxed(None))]
     rows += [("launcher", _sandboxed(SandboxPolicy(backend="launcher")))]
     rows += [("launcher strict", _sandboxed(SandboxPolicy(backend="launcher", strict=True)))]
-    rows += [("launcher warm", _sandboxed(SandboxPolicy(backend="launcher"), warm=True))]
+    rows += [("launcher warm", _sandboxed(SandboxPolicy(backend="launcher", warm=WARM_SANDBOXES), warm=True))]
     if bubblewrap_works():
         rows += [("bubblewrap", _sandboxed(SandboxPolicy(backend="bubblewrap")))]
         rows += [("bubblewrap strict", _sandboxed(SandboxPolicy(backend="bubblewrap", strict=True)))]
-        rows += [("bubblewrap warm", _sandboxed(SandboxPolicy(backend="bubblewrap"), warm=True))]
+        rows += [("bubblewrap warm", _sandboxed(SandboxPolicy(backend="bubblewrap", warm=WARM_SANDBOXES), warm=True))]
     results = [(name, asyncio.run(_measure(fn, a.calls, a.gap, a.concurrency))) for name, fn in rows]
+    warm_counts = {name: fn.served[0] for name, fn in rows if hasattr(fn, "served") and "warm" in name}
     base = results[0][1][0]
     print(
         f"python tool per call: {a.calls} sequential calls of {CODE!r} {a.gap:g} s apart, then {a.concurrency} at once"
@@ -94,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'backend':<22} {'median ms':>10} {'p90 ms':>8} {'calls/s @' + str(a.concurrency):>13} {'x bare':>7}")
     for name, (med, p90, rate) in results:
         print(f"{name:<22} {med * 1e3:>10.1f} {p90 * 1e3:>8.1f} {rate:>13.1f} {med / base:>7.2f}")
+    for name, n in warm_counts.items():
+        print(f"{name}: {n} of {a.calls + a.concurrency + 1} calls served by a warm sandbox")
     return 0
 
 

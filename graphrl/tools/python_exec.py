@@ -158,6 +158,8 @@ class WarmSource(Protocol):
 
     async def take(self, policy: SandboxPolicy) -> Launched | None: ...
 
+    def refill(self) -> None: ...
+
 
 # A warm sandbox's main.py: everything is set up (namespaces, mounts, cgroups, limits, seccomp); it
 # waits for "<cpu seconds> <n>\n" + n bytes of code on stdin, lowers its CPU limit to that, writes the
@@ -244,6 +246,8 @@ async def run_python(
         return _result(out, "", None, rc, run)
     finally:
         await dispose(run, finished)  # also when cancelled, or a bug above
+        if warm is not None and isolate:
+            warm.refill()  # replacements start once this call is done, not while it runs
 
 
 def _result(out: bytes, note: str, error: str | None, rc: int | None, run: Launched) -> ToolResult:

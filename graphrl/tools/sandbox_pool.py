@@ -46,12 +46,18 @@ class SandboxPool:
                 run = candidate
             else:  # died while waiting (killed from outside): never hand it out
                 await dispose(candidate)
-        self._refill()
         if run is None:
             self.missed += 1
+            if not self._ready and not self._starting and self.served + self.missed == 1:
+                self._refill()  # the very first call: start filling now
         else:
             self.served += 1
         return run
+
+    def refill(self) -> None:
+        """Top the pool up to its size; called when a call has finished, so that starting the
+        replacements never competes with the call itself for the CPU."""
+        self._refill()
 
     def _refill(self) -> None:
         while not self._closed and len(self._ready) + len(self._starting) < self.size:
