@@ -30,7 +30,10 @@ DRIVER = (
 import json, os, sys, traceback
 CAP = %d
 chan = os.fdopen(os.dup(1), "wb", buffering=0)
-inp = sys.stdin.buffer
+inp = os.fdopen(os.dup(0), "rb")
+null = os.open(os.devnull, os.O_RDONLY)
+os.dup2(null, 0)  # a cell that reads stdin gets EOF, never the next cell's code
+sys.stdin = open(0, "r", closefd=False)
 ns = {"__name__": "__main__", "__builtins__": __builtins__}
 while True:
     header = inp.readline()
@@ -81,7 +84,7 @@ class PythonSession:
                 status, body, more = await asyncio.wait_for(self._exchange(run, code), timeout)
             except asyncio.TimeoutError:
                 return await self._end(f"[timed out after {timeout:g} s: the session was stopped]", "timeout")
-            except (ConnectionError, EOFError, ValueError) as exc:
+            except (ConnectionError, EOFError, ValueError, KeyError, TypeError) as exc:
                 return await self._end(f"[the session's interpreter ended ({exc}): its state is lost]", "session ended")
             self.calls += 1
             text = body.decode("utf-8", errors="replace")
@@ -103,7 +106,10 @@ class PythonSession:
         if not line.startswith(b"{"):  # the interpreter or the sandbox said something before the cell ran
             raise EOFError(line.decode("utf-8", "replace").strip()[:300])
         head = json.loads(line)
-        body = await run.proc.stdout.readexactly(int(head["size"])) if head["size"] else b""
+        size = int(head["size"])
+        if not 0 <= size <= OUTPUT_CAP:  # the code can write to the channel too: never trust a size
+            raise ValueError(f"a reply of {size} bytes on the session channel (at most {OUTPUT_CAP})")
+        body = await run.proc.stdout.readexactly(size) if size else b""
         return int(head["status"]), body, bool(head["more"])
 
     async def _end(self, text: str, error: str) -> ToolResult:

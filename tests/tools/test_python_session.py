@@ -128,3 +128,26 @@ def test_closing_the_rollout_stops_the_interpreter_and_removes_its_files():
 def test_without_a_rollout_a_session_is_refused():
     res = asyncio.run(ToolBox().call("python", {"code": "1", "session": True}, timeout=5, max_chars=None))
     assert not res.ok and "no rollout" in res.text
+
+
+def test_code_forging_the_session_channel_ends_the_session_and_nothing_more():
+    """The driver answers on a copy of stdout the code can find; a forged reply claiming a huge
+    body must not make graphrl read (or hold) it: the session ends, the next call starts fresh."""
+    forge = (
+        "import os\n"
+        "for fd in range(3, 20):\n"
+        "    try:\n"
+        '        os.write(fd, b\'{"status": 0, "size": 4000000000, "more": false}\\n\' + b\'x\' * 100)\n'
+        "    except OSError:\n"
+        "        pass\n"
+        "import time\ntime.sleep(0.2)\n"
+    )
+    a, b = cells(forge, "print('fresh', 'x' in globals())")
+    assert not a.ok and a.error == "session ended" and "4000000000" in a.text
+    assert b.ok and b.text == "fresh False\n"
+
+
+def test_a_cell_reading_stdin_gets_eof_not_the_next_cell():
+    a, b = cells("import sys\nprint(repr(sys.stdin.read()))", "print('second ran')")
+    assert a.ok and a.text == "''\n"
+    assert b.ok and b.text == "second ran\n"
