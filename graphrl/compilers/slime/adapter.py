@@ -25,6 +25,7 @@ Invariants:
 from __future__ import annotations
 
 import copy
+import importlib
 import json
 import uuid
 from collections.abc import Callable
@@ -44,7 +45,7 @@ from ...spec.model import POLICY
 from ...tools.registry import ToolBox
 from . import fill
 from ._tokenizer import load_tokenizer
-from .config import SlimeConfig, SlimeConfigError, from_args
+from .config import SlimeConfig, SlimeConfigError, from_args, module_name
 from .rewards import post_process
 
 # sampling params slime sends that apply to every graph call (the graph owns stops and lengths)
@@ -164,8 +165,8 @@ class SlimeTarget:
         """Write the settled outcome (graphrl.runtime.outcome) into slime's Sample fields."""
         plan = self.plan()
         has_reward = plan.reward is not None
-        # an eval dataset with its own --custom-rm-path (slime sets sample.custom_rm_path): slime scores it
-        slime_scores = not has_reward or (evaluation and bool(getattr(sample, "custom_rm_path", None)))
+        eval_rm = self._eval_scorer(sample) if evaluation and has_reward else None
+        slime_scores = not has_reward or eval_rm is not None
         outcome = settle(plan, res, evaluation=evaluation, scored_elsewhere=slime_scores)
         raw = _as_float(self._reward_value(args, outcome.rollout_reward), args) if has_reward else None
         renderer = wired.endpoints.renderer(POLICY)
@@ -177,7 +178,10 @@ class SlimeTarget:
             "error": res.error,
             "credit": plan.reward.credit if plan.reward else None,
             "discount": plan.reward.discount if plan.reward else None,
+            "evaluation": evaluation,
         }
+        if eval_rm is not None:
+            base["eval_scorer"] = eval_rm  # who scores this eval sample instead of the graph's reward
         if has_reward:  # the uncredited reward post_process_rewards normalises (None: failed, counts as 0)
             base["rollout_reward"] = outcome.rollout_reward
             base["reward_detail"] = _jsonable(res.reward)  # e.g. the whole dict a reward returned
@@ -239,6 +243,20 @@ class SlimeTarget:
             return out
         return out[0] if len(out) == 1 else out
 
+    def _eval_scorer(self, sample: Any) -> str | None:
+        """Who scores an eval sample, when not the graph: slime's eval datasets copy their
+        `custom_rm_path` (else --eval-custom-rm-path, else --custom-rm-path) onto each sample and
+        put their `rm_type` into its metadata. An `rm_type` means slime's rule-based reward for that
+        dataset; a `custom_rm_path` other than this module's reward_func means that function.
+        None: the graph's reward, whole (eval means are per rollout)."""
+        rm_type = (getattr(sample, "metadata", None) or {}).get("rm_type")
+        if rm_type:
+            return f"rm_type:{rm_type}"
+        path = getattr(sample, "custom_rm_path", None)
+        if path and path != f"{module_name(self.plan())}.reward_func":
+            return str(path)
+        return None
+
     def _reward_value(self, args: Any, credit: Any) -> Any:
         """A credit as slime reads it: a float, or {reward_key: value} when slime has --reward-key."""
         if credit is None:
@@ -270,8 +288,13 @@ class SlimeTarget:
                 "this sample was not produced by a graphrl generate function: graphrl's reward_func "
                 "only returns the reward its generate computed"
             )
+        scorer = str(info.get("eval_scorer") or "")
+        if scorer.startswith("rm_type:"):  # an eval dataset's rm_type: slime's rule-based reward scores it
+            return await _slime_rule_reward(args, sample, scorer.removeprefix("rm_type:"))
         if info.get("status") not in ("completed", "truncated") or info.get("rollout_reward") is None:
             return self._zero(args)
+        if info.get("evaluation"):  # eval: the rollout's whole reward, never a training credit
+            return self._reward_value(args, float(info["rollout_reward"]))
         n = max(1, int(info.get("num_samples") or 1))
         weights = credit_weights(info.get("credit") or "even", n, float(info.get("discount") or 1.0))
         share = weights[min(max(int(info.get("sample_index") or 0), 0), n - 1)]
@@ -281,6 +304,24 @@ class SlimeTarget:
         """Per prompt group: one reward per rollout (not per sample), group-normalised like GRPO, then
         credited to the rollout's samples (even: / n, broadcast: x 1). Returns (raw, normalised)."""
         return post_process(args, samples, self.plan(args))
+
+
+async def _slime_rule_reward(args: Any, sample: Any, rm_type: str) -> Any:
+    """slime's own rule-based reward (rm_hub.async_rm) for an eval dataset's rm_type. slime routes the
+    sample here because this module is its custom_rm_path; the call goes back to slime with no
+    custom path, so slime's rm_type branch scores it. Imported only then (inside slime's process)."""
+    try:
+        rm_hub = importlib.import_module("slime.rollout.rm_hub")
+    except ImportError as exc:
+        raise SlimeConfigError(
+            f"an eval dataset asks for rm_type '{rm_type}' (slime's rule-based reward), but slime's "
+            f"rm_hub cannot be imported here: {exc}"
+        ) from None
+    plain_args = copy.copy(args)
+    plain_args.custom_rm_path = None
+    plain = copy.copy(sample)
+    plain.custom_rm_path = None
+    return await rm_hub.async_rm(plain_args, plain)
 
 
 def _as_float(value: Any, args: Any) -> float:

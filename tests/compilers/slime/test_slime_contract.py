@@ -357,6 +357,69 @@ def test_eval_fanout_gives_one_sample_with_the_whole_reward(slime_kit):
     assert [s["node"] for s in out.metadata["graphrl"]["spans"]] == ["answer"]
 
 
+def test_eval_fanout_scored_by_this_modules_reward_func_gets_the_whole_reward(slime_kit):
+    """slime copies --custom-rm-path (this module's reward_func) onto every eval sample: that is the
+    graph's own reward, so generate fills the rollout's whole reward, not a training credit."""
+    slime_kit.compile("fanout")
+    target = slime_kit.target(_fanout_engines(slime_kit))
+    sample = _sample(SampleStandIn)
+    sample.custom_rm_path = "graphrl_fanout.reward_func"
+    out = slime_kit.run(target, sample, _fanout_args(), evaluation=True)
+    assert out.reward == 1.0 and out.metadata["graphrl"]["num_samples"] == 3
+    assert "eval_scorer" not in out.metadata["graphrl"]
+    out.reward = None  # and if slime asked reward_func anyway: still the whole reward, not 1/3
+    assert asyncio.run(target.reward_func(_fanout_args(), out)) == 1.0
+
+
+def test_eval_dataset_rm_type_is_scored_by_slimes_rule_reward(slime_kit, monkeypatch):
+    """An eval dataset's rm_type (slime puts it in the sample's metadata) is slime's rule-based
+    reward for that dataset: generate leaves the reward to slime, and reward_func (slime's
+    custom_rm_path for the sample) hands it to slime's rm_hub with no custom path."""
+    import sys
+    import types
+
+    seen = []
+
+    async def async_rm(args, sample, **kw):  # stand-in for slime.rollout.rm_hub.async_rm
+        seen.append((args.custom_rm_path, sample.custom_rm_path, sample.metadata["rm_type"], sample.response))
+        return 0.5
+
+    monkeypatch.setitem(sys.modules, "slime.rollout.rm_hub", types.SimpleNamespace(async_rm=async_rm))
+    slime_kit.compile("fanout")
+    target = slime_kit.target(_fanout_engines(slime_kit))
+    sample = _sample(SampleStandIn)
+    sample.custom_rm_path = "graphrl_fanout.reward_func"
+    sample.metadata["rm_type"] = "math"
+    args = _fanout_args(custom_rm_path="graphrl_fanout.reward_func")
+    out = slime_kit.run(target, sample, args, evaluation=True)
+    assert out.reward is None and out.metadata["graphrl"]["eval_scorer"] == "rm_type:math"
+    assert out.metadata["graphrl"]["rollout_reward"] == 1.0  # the graph's reward is still recorded
+    assert asyncio.run(target.reward_func(args, out)) == 0.5
+    assert seen == [(None, None, "math", out.response)]
+    assert out.custom_rm_path == "graphrl_fanout.reward_func" and args.custom_rm_path  # not changed in place
+
+
+def test_eval_rm_type_without_slime_is_a_clear_error(slime_kit, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "slime.rollout.rm_hub", None)  # makes the import fail
+    slime_kit.compile("single")
+    target = slime_kit.target({"policy": slime_kit.engine(["Paris"])})
+    sample = _sample(SampleStandIn)
+    sample.metadata["rm_type"] = "math"
+    out = slime_kit.run(target, sample, ArgsStandIn(), evaluation=True)
+    with pytest.raises(SlimeConfigError, match="rm_type 'math'"):
+        asyncio.run(target.reward_func(ArgsStandIn(), out))
+
+
+def test_training_ignores_a_rows_rm_type(slime_kit):
+    slime_kit.compile("single")
+    sample = _sample(SampleStandIn)
+    sample.metadata["rm_type"] = "math"
+    got = slime_kit.run(slime_kit.target({"policy": slime_kit.engine(["Paris"])}), sample, ArgsStandIn())
+    assert got.reward == 1.0  # training: the graph's reward decides
+
+
 # ---------------------------------------------------------------------------------------- partial rollout
 @BOTH
 def test_partial_rollout_sample_restarts_from_the_prompt(slime_kit, Sample):

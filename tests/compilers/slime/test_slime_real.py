@@ -385,3 +385,76 @@ def test_slime_plugin_path_loading_contracts_for_reward_func(slime_kit, tiny_ser
     )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert " passed" in res.stdout and "failed" not in res.stdout
+
+
+# ---------------------------------------------------------------------------------------- issue 14: eval
+def _always_right_fanout(slime_kit) -> Path:
+    """fanout.yaml with a reward that is always 1.0 (the tiny model's text never matches a label)."""
+    src = slime_kit.tmp / "fanout.yaml"
+    src.write_text(
+        (GRAPHS / "fanout.yaml")
+        .read_text()
+        .replace('args: {prediction: "{{ answer.text }}", label: "{{ gold }}"}', "args: {prediction: ok, label: ok}")
+    )
+    return slime_kit.compile(src)
+
+
+def _eval_dataset(tmp: Path, **cfg):
+    from slime.utils.eval_config import EvalDatasetConfig
+
+    path = tmp / "eval.jsonl"
+    path.write_text('{"prompt": "Name a river.", "label": "Nile"}\n{"prompt": "Name a sea.", "label": "Red"}\n')
+    return EvalDatasetConfig(
+        path=str(path),
+        input_key="prompt",
+        label_key="label",
+        metadata_key="metadata",
+        n_samples_per_eval_prompt=2,
+        **cfg,
+    )
+
+
+def _eval_args(out: Path, url: str, checkpoint: Path) -> Namespace:
+    host, port = url.removeprefix("http://").split(":")
+    return _args_for(
+        out,
+        url,
+        checkpoint,
+        sglang_model_routers={"helper": (host, int(port)), "critic": (host, int(port))},
+        multimodal_keys=None,
+        apply_chat_template_kwargs=None,
+        eval_max_prompt_len=None,
+        eval_min_new_tokens=None,
+        eval_reward_key=None,
+    )
+
+
+def test_eval_rollout_of_a_fanout_graph_logs_the_rollout_reward(
+    slime_kit, tiny_server, tiny_checkpoint, fresh_state, monkeypatch
+):
+    out = _always_right_fanout(slime_kit)
+    monkeypatch.syspath_prepend(str(out))
+    args = _eval_args(out, tiny_server, tiny_checkpoint)
+    sglang_rollout.GenerateState(args)
+    # the dataset gets --custom-rm-path (this module's reward_func) the way slime resolves it
+    cfg = _eval_dataset(slime_kit.tmp, name="rivers", custom_rm_path=args.custom_rm_path, max_response_len=16)
+    got = asyncio.run(sglang_rollout.eval_rollout_single_dataset(args, 0, cfg))["rivers"]
+    assert len(got["rewards"]) == 4
+    assert got["rewards"] == [1.0, 1.0, 1.0, 1.0]  # the rollout's reward, not 1 / number of samples
+    assert all(s.metadata["graphrl"]["num_samples"] >= 2 for s in got["samples"])
+
+
+def test_eval_rollout_honours_the_datasets_rm_type(slime_kit, tiny_server, tiny_checkpoint, fresh_state, monkeypatch):
+    from slime.rollout.rm_hub.f1 import f1_score
+
+    out = _always_right_fanout(slime_kit)
+    monkeypatch.syspath_prepend(str(out))
+    args = _eval_args(out, tiny_server, tiny_checkpoint)
+    sglang_rollout.GenerateState(args)
+    cfg = _eval_dataset(
+        slime_kit.tmp, name="rivers", rm_type="f1", custom_rm_path=args.custom_rm_path, max_response_len=16
+    )
+    got = asyncio.run(sglang_rollout.eval_rollout_single_dataset(args, 0, cfg))["rivers"]
+    for s, reward in zip(got["samples"], got["rewards"]):
+        assert s.metadata["graphrl"]["eval_scorer"] == "rm_type:f1"
+        assert reward == f1_score(s.response, s.label)[0]  # slime's rule, not the graph's 1.0
