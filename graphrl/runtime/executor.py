@@ -61,6 +61,7 @@ class RolloutResult:
     state: dict[str, Any]
     elapsed_s: float
     engine_s: float
+    aborted_by: str | None = None  # an aborted rollout: "engine" (a call came back aborted), "caller", "graph"
 
 
 class Executor:
@@ -126,6 +127,7 @@ class Executor:
             dict(r.state),
             self.clock() - t0,
             r.engine_s,
+            r.aborted_by if r.status == "aborted" else None,
         )
 
     # ------------------------------------------------------------------ graph walk
@@ -160,7 +162,7 @@ class Executor:
         node_id = self.plan.start
         while node_id not in (END, ABORT):
             if abort is not None and abort.is_set():
-                r.status, r.error = "aborted", "aborted by the caller"
+                r.status, r.error, r.aborted_by = "aborted", "aborted by the caller", "caller"
                 return
             if self._out_of_steps(r):
                 return
@@ -172,7 +174,7 @@ class Executor:
             if r.status in ("aborted", "truncated"):
                 return
         if node_id == ABORT:
-            r.status, r.error = "aborted", "the graph routed to abort"
+            r.status, r.error, r.aborted_by = "aborted", "the graph routed to abort", "graph"
         elif r.last_finish == "length":
             r.status = "truncated"
 

@@ -53,6 +53,7 @@ class RolloutState:
     engine_s: float = 0.0
     status: str = "completed"
     error: str | None = None
+    aborted_by: str | None = None  # "engine" | "caller" | "graph" when status is aborted
 
 
 class StepServices(Protocol):

@@ -179,6 +179,7 @@ class SlimeTarget:
             "credit": plan.reward.credit if plan.reward else None,
             "discount": plan.reward.discount if plan.reward else None,
             "evaluation": evaluation,
+            "aborted_by": outcome.aborted_by,
         }
         if eval_rm is not None:
             base["eval_scorer"] = eval_rm  # who scores this eval sample instead of the graph's reward
@@ -196,6 +197,14 @@ class SlimeTarget:
                 f"graph '{plan.name}' was compiled as one sample per rollout but yielded "
                 f"{len(outcome.samples)}: recompile it with this graphrl"
             )
+        # slime's ABORTED means "aborted by slime: generate it again" (fully_async_rollout requeues it,
+        # --partial-rollout resumes it); a graph that routed to `abort` decided about its row, so that
+        # rollout ends FAILED (terminal: kept out of the loss, never regenerated)
+        final = outcome.aborted_by == "graph"
+
+        def slime_status(status: str) -> str:
+            return "failed" if final and status == "aborted" else status
+
         out = []
         for i, so in enumerate(outcome.samples):
             s = so.sample
@@ -211,7 +220,7 @@ class SlimeTarget:
             out.append(
                 fill.finish(
                     target,
-                    status=so.status,
+                    status=slime_status(so.status),
                     reward=self._reward_value(args, so.reward),
                     remove=so.remove,
                     rollout_id=getattr(sample, "index", None),
@@ -228,7 +237,7 @@ class SlimeTarget:
             out.append(
                 fill.finish(
                     sample,
-                    status=outcome.placeholder.status,
+                    status=slime_status(outcome.placeholder.status),
                     reward=self._reward_value(args, outcome.placeholder.reward),
                     remove=True,
                     rollout_id=getattr(sample, "index", None),

@@ -96,6 +96,7 @@ async def run_llm(
         )
     if gen.finish_reason.type == "abort" and not gen.output_ids:  # aborted before its first token
         r.status, r.error = "aborted", f"engine aborted the call of '{nid}' before it generated a token"
+        r.aborted_by = "engine"
         r.last_finish = "abort"
         return NodeResult(text="", ok=False, model=model, finish_reason="abort")
     if model == POLICY or node.sample_mode != "none":
@@ -120,7 +121,7 @@ async def run_llm(
     else:
         text = strip_stop(renderer, gen.output_ids)
     if gen.finish_reason.type == "abort":
-        r.status, r.error = "aborted", f"engine aborted the call of '{nid}'"
+        r.status, r.error, r.aborted_by = "aborted", f"engine aborted the call of '{nid}'", "engine"
     parsed = parse_output(node.parse, text, ex.user_callable)
     result = NodeResult(parsed.fields)
     result.update(text=text, ok=parsed.ok, model=model, finish_reason=gen.finish_reason.type)

@@ -178,8 +178,8 @@ def test_abort_mid_graph_stops_at_once(slime_kit, Sample, abort_at):
     got = slime_kit.run(slime_kit.target({"policy": eng}), _sample(Sample), ArgsStandIn())
     assert len(eng.requests) == abort_at + 1  # no engine call after the abort
     assert len(slime_tools.CALLS) == (0 if abort_at == 0 else 1)  # and no tool call either
-    assert got.status.value == "aborted" and got.remove_sample is True
-    assert got.reward == 0.0
+    assert got.status.value == "aborted" and got.remove_sample is True  # slime's abort: ABORTED, resumable
+    assert got.reward == 0.0 and got.metadata["graphrl"]["aborted_by"] == "engine"
     last = got.metadata["graphrl"]["spans"][-1]
     partial = slime_kit.reply(replies[abort_at]).output_ids
     assert got.tokens[-len(partial) :] == list(partial)  # the partial tokens are kept, well-formed
@@ -187,12 +187,16 @@ def test_abort_mid_graph_stops_at_once(slime_kit, Sample, abort_at):
     assert last["node"] == ["think", "hint"][abort_at]
 
 
-def test_graph_routed_abort_gives_a_placeholder(slime_kit):
+def test_graph_routed_abort_gives_a_final_failed_placeholder(slime_kit):
+    """A graph that routes to `abort` decided about its row: slime's ABORTED would mean "regenerate"
+    (fully_async_rollout requeues it forever), so the sample is FAILED, kept out of the loss."""
     slime_kit.compile("routed_abort")
     eng = slime_kit.engine([])
     got = slime_kit.run(slime_kit.target({"policy": eng}), _sample(SampleStandIn, prompt=""), ArgsStandIn())
     assert eng.requests == []
-    assert got.status == ST.ABORTED and got.remove_sample is True and got.reward == 0.0
+    assert got.status == ST.FAILED and got.remove_sample is True and got.reward == 0.0
+    info = got.metadata["graphrl"]
+    assert info["status"] == "aborted" and info["aborted_by"] == "graph" and "routed to abort" in info["error"]
     assert got.response_length == 1 and len(got.tokens) == 2 and got.loss_mask == [0]
     assert got.rollout_log_probs == [0.0]
     assert got.metadata["graphrl"]["placeholder"] is True

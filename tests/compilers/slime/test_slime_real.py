@@ -458,3 +458,46 @@ def test_eval_rollout_honours_the_datasets_rm_type(slime_kit, tiny_server, tiny_
     for s, reward in zip(got["samples"], got["rewards"]):
         assert s.metadata["graphrl"]["eval_scorer"] == "rm_type:f1"
         assert reward == f1_score(s.response, s.label)[0]  # slime's rule, not the graph's 1.0
+
+
+# ---------------------------------------------------------------------------------------- issue 14: abort
+class _Buffer:
+    """The two calls fully_async_rollout makes on slime's data buffer."""
+
+    def __init__(self, groups):
+        self.groups, self.requeued = list(groups), []
+
+    def get_samples(self, n):
+        out, self.groups = self.groups[:n], self.groups[n:]
+        return out
+
+    def add_samples(self, groups):
+        self.requeued.extend(groups)
+
+
+def test_fully_async_ships_a_graph_routed_abort_instead_of_requeueing_it(
+    slime_kit, tiny_server, tiny_checkpoint, fresh_state, monkeypatch
+):
+    from slime.rollout import fully_async_rollout
+
+    out = slime_kit.compile("routed_abort")
+    monkeypatch.syspath_prepend(str(out))
+    args = _args_for(out, tiny_server, tiny_checkpoint, custom_reward_post_process_path=None)
+    buffer = _Buffer([])
+    worker = fully_async_rollout.AsyncRolloutWorker(args, buffer, concurrency=1)
+    group = [Sample(prompt="", label="x", index=i, group_index=0) for i in range(args.n_samples_per_prompt)]
+
+    async def main():
+        task = asyncio.create_task(
+            sglang_rollout.generate_and_rm_group(
+                args, group, sampling_params=worker.state.sampling_params.copy(), evaluation=False
+            )
+        )
+        await task
+        worker._make_done_cb(0)(task)  # what the worker runs when the group is done
+
+    asyncio.run(main())
+    assert buffer.requeued == []  # not "aborted, retry later": it would be generated again forever
+    gid, shipped = worker.get_completed_groups()[0]
+    assert all(s.status == Sample.Status.FAILED and s.remove_sample for s in shipped)
+    assert all(s.metadata["graphrl"]["aborted_by"] == "graph" for s in shipped)
