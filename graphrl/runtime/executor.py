@@ -15,7 +15,9 @@ Invariants (docs/architecture.md): sample tokens are exactly the ids sent to and
 only new text is tokenised; masks are 1 only on generated tokens of trained nodes; every sample of
 one rollout carries the rollout's id; a fault (engine error, render error, drift, timeout) ends
 this rollout with a status and an error message, keeping every sample already built; after an
-abort no new engine or tool call starts.
+abort no new engine or tool call starts. The caller's abort signal (`AbortSignal`: an asyncio.Event,
+or anything with `is_set()`, e.g. a view of a training framework's abort flag) is read before each
+node and after each batch of foreach items: the rollout stops at the next node boundary.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from .handlers import HANDLERS
 from .handlers.llm import strip_stop
 from .ledger import CallRecord, LedgerError, SampleBuilder, TrainingSample, assign_credit
 from .outcome import reward_scalar
-from .rollout import RolloutFault, RolloutInput, RolloutState
+from .rollout import AbortSignal, RolloutFault, RolloutInput, RolloutState
 from .scope import NodeResult, Renderer, RenderError, merge_state
 from .services import Endpoints, RewardScorer, ToolRunner, UnknownModel
 from .trained_thread import TrainedThread
@@ -90,7 +92,7 @@ class Executor:
         if close is not None:
             await close()
 
-    async def run(self, inp: RolloutInput, *, abort: asyncio.Event | None = None) -> RolloutResult:
+    async def run(self, inp: RolloutInput, *, abort: AbortSignal | None = None) -> RolloutResult:
         t0 = self.clock()
         r = RolloutState(inp=inp, ns={}, state={}, t0=t0)
         timeout = self.plan.limits.timeout_s
@@ -157,7 +159,7 @@ class Executor:
         for name, var in self.plan.state.items():
             r.state[name] = _copy(var.default)
 
-    async def _execute(self, r: RolloutState, abort: asyncio.Event | None) -> None:
+    async def _execute(self, r: RolloutState, abort: AbortSignal | None) -> None:
         self._init(r)
         node_id = self.plan.start
         while node_id not in (END, ABORT):
@@ -191,7 +193,7 @@ class Executor:
             return True
         return node.token_budget is not None and r.policy_tokens >= node.token_budget
 
-    async def _step(self, r: RolloutState, nid: str, node: Any, abort: asyncio.Event | None) -> str:
+    async def _step(self, r: RolloutState, nid: str, node: Any, abort: AbortSignal | None) -> str:
         """Run a node: once, or once per foreach item (`parallel` items at a time); each item is a visit."""
         handler = HANDLERS[node.kind]
         items: list[Any] = [None]

@@ -19,6 +19,12 @@ from .services import Endpoints, ToolRunner
 from .trained_thread import TrainedThread
 
 
+class AbortSignal(Protocol):
+    """What `Executor.run(abort=...)` reads before each node: an `asyncio.Event`, or any flag view."""
+
+    def is_set(self) -> bool: ...
+
+
 class RolloutFault(Exception):
     """Ends one rollout with `status` (e.g. an input missing from the row)."""
 

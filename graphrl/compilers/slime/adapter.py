@@ -12,7 +12,8 @@ Invariants:
   with the graph, and models without an endpoint, raise `SlimeConfigError` before any call;
 - tokens are the ledger's (fill.py); statuses follow the engine (stop/length/abort ->
   COMPLETED/TRUNCATED/ABORTED), an abort anywhere makes the rollout ABORTED, and after it no new
-  engine or tool call starts (the executor stops at once);
+  engine or tool call starts (the executor stops at once); slime's own abort flag
+  (`GenerateState.aborted`) is read before every node, so a rollout stops at the next node boundary;
 - a rollout that failed or was aborted ends as well-formed samples with `remove_sample=True` and a
   zero reward (they still count in their group's normalisation); a rollout without any training
   sample gives one masked placeholder sample;
@@ -27,6 +28,7 @@ from __future__ import annotations
 import copy
 import importlib
 import json
+import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -67,6 +69,22 @@ def _sglang_engine(name: str, url: str, cfg: SlimeConfig) -> Any:
     return SGLangEngine(url, timeout_s=cfg.timeout_s)
 
 
+class SlimeAbortFlag:
+    """slime's abort flag (`GenerateState.aborted`, set by slime's `abort()` when a step has enough
+    samples), read without importing slime: from the module slime's rollout process already loaded
+    and the one instance its SingletonMeta keeps. Read before each node, so a rollout stops at the
+    next node boundary (e.g. after a slow tool) instead of starting a new engine call. Outside
+    slime (no such module or instance) it is never set."""
+
+    MODULE = "slime.rollout.sglang_rollout"
+
+    def is_set(self) -> bool:
+        cls = getattr(sys.modules.get(self.MODULE), "GenerateState", None)
+        instances = getattr(cls, "_instances", None)
+        state = instances.get(cls) if isinstance(instances, dict) else None
+        return bool(getattr(state, "aborted", False))
+
+
 class _Wired:
     """Endpoints for one configuration, and one executor per distinct sampling dict."""
 
@@ -91,6 +109,7 @@ class SlimeTarget:
         self._tokenizer_loader = tokenizer_loader
         self._plan: Plan | None = None
         self._wired: _Wired | None = None
+        self._abort = SlimeAbortFlag()
 
     # ------------------------------------------------------------------ boundary
     def plan(self, args: Any = None) -> Plan:
@@ -155,7 +174,8 @@ class SlimeTarget:
                 group=getattr(sample, "group_index", None) or 0,
                 seed=sampling_params.get("sampling_seed"),
                 session_id=session,
-            )
+            ),
+            abort=self._abort,
         )
         return self._to_slime(args, sample, pristine, res, wired, evaluation)
 

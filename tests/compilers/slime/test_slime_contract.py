@@ -187,6 +187,54 @@ def test_abort_mid_graph_stops_at_once(slime_kit, Sample, abort_at):
     assert last["node"] == ["think", "hint"][abort_at]
 
 
+def _abort_during_tool_graph(slime_kit):
+    from slime_testkit import GRAPHS
+
+    src = slime_kit.tmp / "abort_in_tool.yaml"
+    src.write_text(
+        (GRAPHS / "multiturn.yaml")
+        .read_text()
+        .replace("name: multiturn", "name: abort_in_tool")
+        .replace("slime_tools:observe", "slime_tools:observe_then_abort")
+    )
+    return slime_kit.compile(src, out="abort_in_tool")
+
+
+@BOTH
+def test_slimes_abort_flag_stops_the_rollout_at_the_next_node(slime_kit, Sample, monkeypatch):
+    """slime sets GenerateState.aborted while a slow tool runs: no new policy call starts after it."""
+    import sys
+    import types
+
+    import slime_tools
+
+    class GenerateState:  # stand-in: slime's class, whose SingletonMeta keeps its one instance
+        aborted = False
+
+    GenerateState._instances = {GenerateState: GenerateState()}
+    fake = types.ModuleType("slime.rollout.sglang_rollout")
+    fake.GenerateState = GenerateState
+    monkeypatch.setitem(sys.modules, "slime.rollout.sglang_rollout", fake)
+    slime_tools.CALLS.clear()
+    _abort_during_tool_graph(slime_kit)
+    eng = slime_kit.engine(["I will look.", "A hint.", "Paris"])
+    got = slime_kit.run(slime_kit.target({"policy": eng}), _sample(Sample), ArgsStandIn())
+    assert len(eng.requests) == 1 and slime_tools.CALLS == ["I will look."]  # the tool ran, nothing after it
+    assert got.status.value == "aborted" and got.remove_sample is True and got.reward == 0.0
+    info = got.metadata["graphrl"]
+    assert info["aborted_by"] == "caller" and [s["node"] for s in info["spans"]] == ["think"]
+    assert len(got.loss_mask) == got.response_length == len(got.rollout_log_probs)
+
+
+def test_without_slime_loaded_the_abort_flag_is_never_set(slime_kit, monkeypatch):
+    import sys
+
+    from graphrl.compilers.slime.adapter import SlimeAbortFlag
+
+    monkeypatch.delitem(sys.modules, "slime.rollout.sglang_rollout", raising=False)
+    assert SlimeAbortFlag().is_set() is False
+
+
 def test_graph_routed_abort_gives_a_final_failed_placeholder(slime_kit):
     """A graph that routes to `abort` decided about its row: slime's ABORTED would mean "regenerate"
     (fully_async_rollout requeues it forever), so the sample is FAILED, kept out of the loss."""

@@ -501,3 +501,29 @@ def test_fully_async_ships_a_graph_routed_abort_instead_of_requeueing_it(
     gid, shipped = worker.get_completed_groups()[0]
     assert all(s.status == Sample.Status.FAILED and s.remove_sample for s in shipped)
     assert all(s.metadata["graphrl"]["aborted_by"] == "graph" for s in shipped)
+
+
+def test_slimes_abort_during_a_tool_stops_before_the_next_policy_call(
+    slime_kit, tiny_server, tiny_checkpoint, fresh_state, monkeypatch
+):
+    import slime_tools
+
+    src = slime_kit.tmp / "abort_in_tool.yaml"
+    src.write_text(
+        (GRAPHS / "multiturn.yaml")
+        .read_text()
+        .replace("name: multiturn", "name: abort_in_tool")
+        .replace("slime_tools:observe", "slime_tools:observe_then_abort")
+    )
+    out = slime_kit.compile(src, out="abort_in_tool")
+    monkeypatch.syspath_prepend(str(out))
+    args = _args_for(out, tiny_server, tiny_checkpoint, custom_reward_post_process_path=None)
+    state = sglang_rollout.GenerateState(args)
+    slime_tools.CALLS.clear()
+    sample = Sample(prompt="What is 2+2?", label="4", index=0, group_index=0)
+    got = asyncio.run(sglang_rollout.generate_and_rm(args, sample, state.sampling_params.copy()))
+    assert state.aborted is True and len(slime_tools.CALLS) == 1  # slime aborted while the tool ran
+    info = got.metadata["graphrl"]
+    assert [c["node"] for c in info["rollout_calls"] if c["endpoint"] == "policy"] == ["think"]  # no call after
+    assert got.status == Sample.Status.ABORTED and info["aborted_by"] == "caller"
+    got._validate_response_metadata_lengths()
