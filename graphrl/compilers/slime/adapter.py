@@ -226,13 +226,16 @@ class SlimeTarget:
             return "failed" if final and status == "aborted" else status
 
         out = []
+        fanout = pristine is not None
         for i, so in enumerate(outcome.samples):
             s = so.sample
             target = sample if i == 0 else copy.deepcopy(pristine)
             fill.write_tokens(target, s, args)
+            written = self._reward_value(args, so.reward)
             info = dict(
                 base,
                 sample_index=s.index,
+                written_reward=None if written is None else _as_float(written, args),
                 spans=[sp.to_json() for sp in s.spans],
                 calls=[c.to_json() for c in s.calls],
                 **(rollout_info if i == 0 else {}),
@@ -241,29 +244,38 @@ class SlimeTarget:
                 fill.finish(
                     target,
                     status=slime_status(so.status),
-                    reward=self._reward_value(args, so.reward),
+                    reward=written,
                     remove=so.remove,
                     rollout_id=getattr(sample, "index", None),
                     response=renderer.decode(s.response_ids),
                     info=info,
-                    raw_reward=raw,
+                    raw_reward=raw if fanout else None,
                     rounds=len(s.calls),
                 )
             )
         if outcome.placeholder is not None:
             pad = min(renderer.stop_token_ids) if renderer.stop_token_ids else 0
             fill.write_placeholder(sample, pad)
-            info = dict(base, sample_index=0, spans=[], calls=[], placeholder=True, **rollout_info)
+            written = self._reward_value(args, outcome.placeholder.reward)
+            info = dict(
+                base,
+                sample_index=0,
+                written_reward=None if written is None else _as_float(written, args),
+                spans=[],
+                calls=[],
+                placeholder=True,
+                **rollout_info,
+            )
             out.append(
                 fill.finish(
                     sample,
                     status=slime_status(outcome.placeholder.status),
-                    reward=self._reward_value(args, outcome.placeholder.reward),
+                    reward=written,
                     remove=True,
                     rollout_id=getattr(sample, "index", None),
                     response="",
                     info=info,
-                    raw_reward=raw,
+                    raw_reward=raw if fanout else None,
                     rounds=0,
                 )
             )

@@ -139,7 +139,10 @@ def finish(
     meta["graphrl"] = info
     meta["round_number"] = rounds  # slime's multi-turn metric: engine calls in this sample
     if raw_reward is not None:
-        meta["raw_reward"] = raw_reward  # what slime logs as raw_reward (the rollout's, not a credit)
+        # fan-out: what slime logs as raw_reward (the rollout's, not a credit); post_process_rewards
+        # rewrites it after slime's sample hooks. One sample per rollout: sample.reward is the rollout's
+        # reward, so the key is left out and slime logs sample.reward, whatever a hook made of it.
+        meta["raw_reward"] = raw_reward
     else:
         meta.pop("raw_reward", None)
     target.metadata = meta

@@ -11,7 +11,11 @@ Why: with fan-out a prompt group holds a different number of samples per rollout
 a rollout by how many samples it made. Here each rollout counts once:
   1. rollouts are keyed by (group_index, rollout_id); the rollout's reward is the uncredited
      reward generate stored in metadata["graphrl"] (0 for failed/aborted rollouts, which still
-     count), else the mean of its samples' rewards (a graph without reward: slime's RM scored them);
+     count) while every sample's reward is still what generate wrote; when something after
+     generate changed one (a sample hook, a group RM: slime runs them before this), the reward is
+     read back from the samples: sum(reward) / sum(credit weights), which inverts the credit
+     (even: the sum, broadcast: the mean); a graph without reward (slime's RM scored the samples):
+     the mean of its samples' rewards;
   2. a graph with `reward.group` replaces the rollout rewards of each prompt group by what the
      group reward gives (graphrl.rewards.group_run, the hook `graphrl run` uses: `preference` or a
      module:function), from each rollout's reward, usage and final state stored by generate and
@@ -20,6 +24,8 @@ a rollout by how many samples it made. Here each rollout counts once:
      grpo_std_normalization ask for it (unbiased std, as slime's torch.std; a group of one -> 0);
      estimators slime does not normalise get the reward as is;
   4. credit to the rollout's samples: `even` -> value / number of samples, `broadcast` -> value.
+raw (each sample's rollout reward) is also written to each sample's metadata["raw_reward"], the key
+slime prefers over the returned raw list when it logs, so the log follows the hooks too.
 """
 
 from __future__ import annotations
@@ -85,12 +91,26 @@ def rollouts_by_group(args: Any, samples: list[Any]) -> dict[Any, list[Rollout]]
         ro.indices.append(i)
     for rollouts in groups.values():
         for ro in rollouts.values():
-            if "rollout_reward" in ro.info:  # None for failed/aborted rollouts: 0, still counted
-                ro.reward = _value(ro.info["rollout_reward"], key)
-            else:
-                values = [_value(samples[i].reward, key) for i in ro.indices]
+            values = [_value(samples[i].reward, key) for i in ro.indices]
+            if "rollout_reward" not in ro.info:  # slime's reward model scored the samples
                 ro.reward = sum(values) / len(values)
+            elif _as_written(samples, ro.indices, values):  # None for failed/aborted rollouts: 0, still counted
+                ro.reward = _value(ro.info["rollout_reward"], key)
+            else:  # a hook or group RM changed a sample's reward after generate: read it back
+                weights = credit_weights(
+                    ro.info.get("credit") or "even", len(ro.indices), float(ro.info.get("discount") or 1.0)
+                )
+                ro.reward = sum(values) / sum(weights)
     return {gid: list(r.values()) for gid, r in groups.items()}
+
+
+def _as_written(samples: list[Any], indices: list[int], values: list[float]) -> bool:
+    """Every sample's reward is still the one generate wrote (metadata["graphrl"]["written_reward"])."""
+    for i, v in zip(indices, values):
+        info = (getattr(samples[i], "metadata", None) or {}).get("graphrl") or {}
+        if "written_reward" in info and info["written_reward"] != v:
+            return False
+    return True
 
 
 def _normalise(values: list[float], args: Any) -> list[float]:
@@ -164,4 +184,8 @@ def post_process(args: Any, samples: list[Any], plan: Plan) -> tuple[list[float]
             for i, w in zip(ro.indices, credit_weights(credit, len(ro.indices), discount)):
                 raw[i] = ro.reward
                 out[i] = a * w
+    for s, r in zip(samples, raw):
+        meta = getattr(s, "metadata", None)
+        if isinstance(meta, dict) and isinstance(meta.get("graphrl"), dict):
+            meta["raw_reward"] = r  # slime logs metadata["raw_reward"] over the returned raw list
     return raw, out

@@ -98,7 +98,8 @@ def test_single_sample_prompt_first_tokens_mask_and_logprobs(slime_kit, Sample):
     info = got.metadata["graphrl"]
     assert info["spans"] == [{"node": "solve", "visit": 1, "start": 0, "end": n, "mask": 1, "kind": "generated"}]
     assert info["status"] == "completed" and info["rollout_reward"] == 1.0
-    assert got.metadata["source_name"] == "unit" and got.metadata["raw_reward"] == 1.0
+    assert got.metadata["source_name"] == "unit"
+    assert "raw_reward" not in got.metadata  # one sample per rollout: slime logs sample.reward (hooks included)
     assert got.metadata["round_number"] == 1
 
 
@@ -300,6 +301,40 @@ def test_fanout_siblings_share_rollout_id_and_split_the_reward(slime_kit, Sample
     assert len(engines["critic"].requests) == 2 and len(engines["helper"].requests) == 1
     assert out[0].metadata["graphrl"]["path"][0] == ["hint", 1]
     assert "path" not in out[1].metadata["graphrl"]
+
+
+def _group_of_two(slime_kit, target_answers=("Paris", "Lyon"), credit="even"):
+    """Two fan-out rollouts of one prompt group, as generate returns them (3 samples each)."""
+    from slime_testkit import GRAPHS
+
+    src = slime_kit.tmp / f"fanout_{credit}.yaml"
+    src.write_text((GRAPHS / "fanout.yaml").read_text().replace("credit: even", f"credit: {credit}"))
+    slime_kit.compile(src, out=credit)
+    flat = []
+    for k, answer in enumerate(target_answers):
+        target = slime_kit.target(_fanout_engines(slime_kit, answer=answer))
+        flat += slime_kit.run(target, _sample(SampleStandIn, index=k, group=0), _fanout_args())
+    return target, flat
+
+
+@pytest.mark.parametrize("credit", ["even", "broadcast"])
+def test_post_process_follows_a_hook_that_changed_the_rewards(slime_kit, credit):
+    """slime runs sample hooks (and a group RM) after generate, before the post-process: a changed
+    sample.reward is read back into the rollout's reward, and raw_reward follows it."""
+    target, flat = _group_of_two(slime_kit, credit=credit)
+    for s in flat[:3]:
+        s.reward *= 2  # a hook doubles rollout 0's rewards
+    raw, norm = target.post_process_rewards(_fanout_args(), flat)
+    assert raw == pytest.approx([2.0] * 3 + [0.0] * 3)
+    assert [s.metadata["raw_reward"] for s in flat] == pytest.approx(raw)  # what slime logs
+    share = 1 / 3 if credit == "even" else 1.0
+    assert norm == pytest.approx([0.7071 * share] * 3 + [-0.7071 * share] * 3, abs=1e-3)
+
+
+def test_post_process_keeps_the_stored_reward_when_nothing_changed_it(slime_kit):
+    target, flat = _group_of_two(slime_kit)
+    raw, _ = target.post_process_rewards(_fanout_args(), flat)
+    assert raw == [1.0] * 3 + [0.0] * 3 and [s.metadata["raw_reward"] for s in flat] == raw
 
 
 def test_fanout_broadcast_credit(slime_kit):

@@ -527,3 +527,70 @@ def test_slimes_abort_during_a_tool_stops_before_the_next_policy_call(
     assert [c["node"] for c in info["rollout_calls"] if c["endpoint"] == "policy"] == ["think"]  # no call after
     assert got.status == Sample.Status.ABORTED and info["aborted_by"] == "caller"
     got._validate_response_metadata_lengths()
+
+
+# ---------------------------------------------------------------------------------------- issue 14: hooks
+def _rollout_manager_class():
+    """slime's RolloutManager (the plain class under @ray.remote). slime.ray.rollout imports sglang
+    and wandb, which converting samples to train data does not use: where sglang is not installed,
+    both are stubbed for this import."""
+    import importlib.abc
+    import importlib.machinery
+    from unittest import mock
+
+    class _Stub(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+        def find_spec(self, name, path, target=None):
+            if name.split(".")[0] in ("sglang", "sglang_router", "wandb"):
+                return importlib.machinery.ModuleSpec(name, self, is_package=True)
+            return None
+
+        def create_module(self, spec):
+            module = mock.MagicMock(name=spec.name)
+            module.__path__, module.__spec__ = [], spec
+            return module
+
+        def exec_module(self, module):
+            pass
+
+    stub = None
+    try:
+        import sglang  # noqa: F401
+    except ImportError:
+        stub = _Stub()
+        sys.meta_path.insert(0, stub)
+    try:
+        from slime.ray.rollout import RolloutManager
+    except Exception as exc:
+        pytest.skip(f"slime.ray.rollout is not importable here: {type(exc).__name__}: {exc}")
+    finally:
+        if stub is not None:
+            sys.meta_path.remove(stub)
+    return getattr(RolloutManager, "__ray_actor_class__", RolloutManager)
+
+
+def test_a_sample_hook_reaches_the_post_process_and_slimes_raw_reward(
+    slime_kit, tiny_server, tiny_checkpoint, fresh_state, monkeypatch
+):
+    manager_cls = _rollout_manager_class()
+    out = _always_right_fanout(slime_kit)
+    monkeypatch.syspath_prepend(str(out))
+    host, port = tiny_server.removeprefix("http://").split(":")
+    args = _args_for(
+        out,
+        tiny_server,
+        tiny_checkpoint,
+        sglang_model_routers={"helper": (host, int(port)), "critic": (host, int(port))},
+        rollout_sample_hook_path=["slime_tools.double_reward"],
+        custom_convert_samples_to_train_data_path=None,
+        rollout_top_p=1.0,
+    )
+    state = sglang_rollout.GenerateState(args)
+    group = [Sample(prompt="Name a river.", label="Nile", index=i, group_index=0) for i in range(2)]
+    got = asyncio.run(sglang_rollout.generate_and_rm_group(args, group, sampling_params=state.sampling_params.copy()))
+    flat = list(itertools.chain.from_iterable(got))
+    manager = manager_cls.__new__(manager_cls)  # only what _convert_samples_to_train_data reads
+    manager.args = args
+    manager.custom_convert_samples_to_train_data_func = None
+    manager.custom_reward_post_process_func = load_function(args.custom_reward_post_process_path)
+    train = manager_cls._convert_samples_to_train_data(manager, flat)
+    assert train["raw_reward"] == [2.0] * len(flat)  # the hook doubled every credit: the rollout's 1.0 -> 2.0

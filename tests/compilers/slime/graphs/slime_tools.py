@@ -20,3 +20,8 @@ def observe_then_abort(text: str) -> str:
     state.aborted = True
     CALLS.append(text)
     return f"observed {len(text)} characters"
+
+
+def double_reward(args, sample, **kwargs):
+    """A slime rollout sample hook (--rollout-sample-hook-path) that doubles each sample's reward."""
+    sample.reward = sample.reward * 2
