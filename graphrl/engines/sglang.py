@@ -40,9 +40,11 @@ import aiohttp
 from graphrl.engines._json import dumps, loads
 from graphrl.engines.base import ROUTING_HEADER, EngineError, FinishReason, Generation
 
-__all__ = ["SGLangEngine", "parse_generate_response", "ROUTING_HEADER"]
+__all__ = ["SGLangEngine", "parse_generate_response", "ROUTING_HEADER", "SPEC_COUNTERS"]
 
 _FINISH_TYPES = frozenset(("stop", "length", "abort"))
+# speculative-decoding counters SGLang's meta_info carries when it runs a draft model
+SPEC_COUNTERS = ("spec_accept_token_num", "spec_draft_token_num", "spec_verify_ct")
 _FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
 _INT_ONLY = {int}
 _NUMBER_TYPES = {float, int}
@@ -123,7 +125,12 @@ def parse_generate_response(body: Any, *, rid: str | None = None) -> Generation:
         text=text if isinstance(text, str) else "",
         prompt_tokens=meta.get("prompt_tokens") or 0,
         cached_tokens=meta.get("cached_tokens") or 0,
-        meta={"rid": rid, "id": meta.get("id"), "weight_version": meta.get("weight_version")},
+        meta={
+            "rid": rid,
+            "id": meta.get("id"),
+            "weight_version": meta.get("weight_version"),
+            **{k: meta[k] for k in SPEC_COUNTERS if isinstance(meta.get(k), int)},
+        },
     )
 
 

@@ -407,6 +407,10 @@ class Executor:
             finish_reason=gen.finish_reason.type,
             cost=cost,
             start_s=start_s,
+            weight_version=_str_or_none(gen.meta.get("weight_version")),
+            spec_accept_token_num=gen.meta.get("spec_accept_token_num"),
+            spec_draft_token_num=gen.meta.get("spec_draft_token_num"),
+            spec_verify_ct=gen.meta.get("spec_verify_ct"),
         )
         r.calls.append(call)
         if model == POLICY:
@@ -495,6 +499,10 @@ def usage(calls: list[CallRecord]) -> dict[str, Any]:
         "calls": by_node,
         "endpoints": by_endpoint,
     }
+
+
+def _str_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
 
 
 def _is_message(x: Any) -> bool:

@@ -80,13 +80,20 @@ class CallRecord:
     cost: float = 0.0
     error: str | None = None
     start_s: float | None = None  # when the call started, seconds since the rollout started
+    weight_version: str | None = None  # the server's weight version (SGLang's meta_info), if it said
+    spec_accept_token_num: int | None = None  # speculative decoding counters, if the server ran a draft
+    spec_draft_token_num: int | None = None
+    spec_verify_ct: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+        return {k: v for k in self.__dataclass_fields__ if (v := getattr(self, k)) is not None or k not in _OPTIONAL}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> CallRecord:
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+
+_OPTIONAL = ("weight_version", "spec_accept_token_num", "spec_draft_token_num", "spec_verify_ct")
 
 
 def status_for_finish(finish_reason: str) -> str:

@@ -161,6 +161,15 @@ def test_aborted_in_queue_missing_fields_default_to_zero():
     assert gen.finish_reason.type == "abort"
 
 
+def test_weight_version_and_spec_counters_are_kept():
+    body = ok_body()
+    body["meta_info"].update(weight_version="w3", spec_accept_token_num=5, spec_draft_token_num=8, spec_verify_ct=2)
+    meta = parse_generate_response(body).meta
+    assert meta["weight_version"] == "w3"
+    assert (meta["spec_accept_token_num"], meta["spec_draft_token_num"], meta["spec_verify_ct"]) == (5, 8, 2)
+    assert "spec_verify_ct" not in parse_generate_response(ok_body()).meta  # only when the server sent them
+
+
 def test_missing_cached_tokens_with_tokens():
     body = ok_body(meta_extra={"cached_tokens": None})
     del body["meta_info"]["prompt_tokens"]

@@ -151,6 +151,56 @@ def test_multiturn_masks_align_with_engine_calls(slime_kit, Sample):
     assert got.metadata["round_number"] == 3
 
 
+def _engine_with_meta(slime_kit, replies, metas):
+    """Scripted replies whose Generation.meta carries what SGLang's /generate meta_info reported."""
+    import dataclasses
+
+    from slime_testkit import LOGPROB
+
+    from graphrl.engines.scripted import ScriptedEngineForTests
+
+    return ScriptedEngineForTests(
+        lambda ids, params, i: dataclasses.replace(slime_kit.reply(replies[i]), meta=metas[i]),
+        tokenizer=slime_kit.tok,
+        default_logprob=LOGPROB,
+    )
+
+
+@BOTH
+def test_weight_versions_and_spec_counters_as_slimes_generate_fills_them(slime_kit, Sample):
+    slime_kit.compile("multiturn")
+    metas = [
+        {"weight_version": f"v{i}", "spec_accept_token_num": 2 + i, "spec_draft_token_num": 4, "spec_verify_ct": 1}
+        for i in range(3)
+    ]
+    eng = _engine_with_meta(slime_kit, ["I will look.", "A hint.", "Paris"], metas)
+    args = ArgsStandIn(sglang_speculative_algorithm="EAGLE")
+    got = slime_kit.run(slime_kit.target({"policy": eng}), _sample(Sample), args)
+    assert got.weight_versions == ["v0", "v1", "v2"]  # one per /generate call, as slime's generate appends
+    completion = sum(c["completion_tokens"] for c in got.metadata["graphrl"]["calls"])
+    assert (got.spec_info.spec_accept_token_num, got.spec_info.spec_draft_token_num) == (9, 12)
+    assert (got.spec_info.spec_verify_ct, got.spec_info.completion_token_num) == (3, completion)
+    assert [c["weight_version"] for c in got.metadata["graphrl"]["calls"]] == ["v0", "v1", "v2"]
+
+
+def test_spec_counters_only_under_speculative_decoding_and_no_weight_version_when_unsaid(slime_kit):
+    slime_kit.compile("single")
+    eng = _engine_with_meta(slime_kit, ["Paris"], [{"spec_accept_token_num": 3}])
+    got = slime_kit.run(slime_kit.target({"policy": eng}), _sample(SampleStandIn), ArgsStandIn())
+    assert got.weight_versions == [] and got.spec_info.spec_accept_token_num == 0
+    assert "weight_version" not in got.metadata["graphrl"]["calls"][0]
+
+
+def test_fanout_siblings_carry_their_own_calls_weight_versions(slime_kit):
+    slime_kit.compile("fanout")
+    engines = _fanout_engines(slime_kit)
+    engines["policy"] = _engine_with_meta(
+        slime_kit, ["draft 0", "draft 1", "Paris"], [{"weight_version": f"w{i}"} for i in range(3)]
+    )
+    out = slime_kit.run(slime_kit.target(engines), _sample(SampleStandIn), _fanout_args())
+    assert [o.weight_versions for o in out] == [["w0"], ["w1"], ["w2"]]
+
+
 # ---------------------------------------------------------------------------------------- statuses
 @BOTH
 @pytest.mark.parametrize("finish,status", [(None, ST.COMPLETED), ("length", ST.TRUNCATED), ("abort", ST.ABORTED)])

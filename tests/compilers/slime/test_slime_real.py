@@ -594,3 +594,19 @@ def test_a_sample_hook_reaches_the_post_process_and_slimes_raw_reward(
     manager.custom_reward_post_process_func = load_function(args.custom_reward_post_process_path)
     train = manager_cls._convert_samples_to_train_data(manager, flat)
     assert train["raw_reward"] == [2.0] * len(flat)  # the hook doubled every credit: the rollout's 1.0 -> 2.0
+
+
+# ---------------------------------------------------------------------------------------- issue 14: fields
+def test_weight_versions_filled_like_slimes_own_generate(
+    slime_kit, tiny_server, tiny_checkpoint, fresh_state, monkeypatch
+):
+    out = slime_kit.compile("multiturn")
+    monkeypatch.syspath_prepend(str(out))
+    args = _args_for(out, tiny_server, tiny_checkpoint, custom_reward_post_process_path=None)
+    state = sglang_rollout.GenerateState(args)
+    params = dict(state.sampling_params, max_new_tokens=8)
+    # slime's generate: one weight version per /generate call, from its meta_info (the server says "default")
+    got = asyncio.run(
+        sglang_rollout.generate_and_rm(args, Sample(prompt="What is 2+2?", label="4", index=1), dict(params))
+    )
+    assert got.weight_versions == ["default"] * got.metadata["round_number"] == ["default"] * 3
