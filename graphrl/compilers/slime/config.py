@@ -12,7 +12,8 @@ Invariants:
   for fan-out graphs --partial-rollout, --group-rm, --dynamic-sampling-filter-path, --log-passrate,
   a missing --custom-reward-post-process-path or --use-dynamic-batch-size; for every graph
   --apply-chat-template (the graph renders its own prompts), top-p replay (--rollout-top-p != 1) and
-  MoE routing replay (graphrl does not forward the per-token data they need);
+  MoE routing replay (graphrl does not forward the per-token data they need); on-policy distillation
+  with a teacher server (--use-opd --opd-type sglang) for a graph with a reward or a fan-out graph;
 - a flag the namespace does not carry at all is not checked, and without a router / hf_checkpoint
   in `args` the graph's own policy `url:` / `tokenizer:` are used (a hand-made `args` outside
   slime, e.g. slime's plugin contract tests); inside slime, args always win.
@@ -122,6 +123,24 @@ def flag_problems(args: Any, plan: Plan) -> list[str]:
             "engine client does not forward: use --rollout-top-p 1 (set top_p per node in the graph "
             "only for untrained nodes)"
         )
+    if _set(args, "use_opd") and _flag(args, "opd_type") == "sglang":
+        opd = (
+            "--use-opd --opd-type sglang takes the teacher's log-probs from slime's on-policy-distillation "
+            "reward function (--custom-rm-path slime.rollout.on_policy_distillation.reward_func asks the "
+            "teacher server; its post-process reads them back from each sample's reward), "
+        )
+        if plan.reward is not None:
+            out.append(
+                opd + f"but graph '{plan.name}' computes its own reward in generate, so slime never calls that "
+                "reward function and its post-process fails on a float: use --opd-type megatron "
+                "(--opd-teacher-load: teacher log-probs computed in training, the graph's reward kept), "
+                "or remove reward: from the graph"
+            )
+        elif plan.training.fanout:
+            out.append(
+                opd + f"and fan-out graph '{plan.name}' needs graphrl's post_process_rewards instead of "
+                "slime's: use --opd-type megatron"
+            )
     if _set(args, "use_rollout_routing_replay"):
         out.append(
             "--use-rollout-routing-replay needs per-token routed experts that graphrl does not forward: remove it"

@@ -618,6 +618,27 @@ def test_every_incompatible_flag_is_named_at_once(slime_kit):
         assert flag in msg, flag
 
 
+def test_opd_with_a_teacher_server_is_refused_for_a_graph_with_a_reward(slime_kit):
+    slime_kit.compile("single")
+    target = slime_kit.target({"policy": slime_kit.engine(["Paris"])})
+    with pytest.raises(SlimeConfigError, match=r"--use-opd --opd-type sglang.*own reward.*--opd-type megatron"):
+        slime_kit.run(target, _sample(SampleStandIn), ArgsStandIn(use_opd=True, opd_type="sglang"))
+    got = slime_kit.run(target, _sample(SampleStandIn), ArgsStandIn(use_opd=True, opd_type="megatron"))
+    assert got.reward == 1.0  # the teacher in training (megatron) leaves the graph's reward alone
+
+
+def test_opd_with_a_teacher_server_and_no_graph_reward(slime_kit):
+    from slime_testkit import GRAPHS
+
+    src = slime_kit.tmp / "noreward.yaml"
+    text = (GRAPHS / "single.yaml").read_text()
+    src.write_text(text[: text.index("reward:")])
+    slime_kit.compile(src, out="noreward")
+    target = slime_kit.target({"policy": slime_kit.engine(["Paris"])})
+    got = slime_kit.run(target, _sample(SampleStandIn), ArgsStandIn(use_opd=True, opd_type="sglang"))
+    assert got.reward is None  # slime's OPD reward function asks the teacher
+
+
 def test_reward_key_wraps_the_credit(slime_kit):
     slime_kit.compile("single")
     got = slime_kit.run(

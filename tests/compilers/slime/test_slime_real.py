@@ -610,3 +610,23 @@ def test_weight_versions_filled_like_slimes_own_generate(
         sglang_rollout.generate_and_rm(args, Sample(prompt="What is 2+2?", label="4", index=1), dict(params))
     )
     assert got.weight_versions == ["default"] * got.metadata["round_number"] == ["default"] * 3
+
+
+def test_opd_with_a_teacher_server_is_refused_before_slimes_post_process_fails(
+    slime_kit, tiny_server, tiny_checkpoint, fresh_state, monkeypatch
+):
+    from slime.rollout import on_policy_distillation
+
+    from graphrl.compilers.slime.config import SlimeConfigError
+
+    out = slime_kit.compile("single")
+    monkeypatch.syspath_prepend(str(out))
+    args = _args_for(out, tiny_server, tiny_checkpoint, custom_reward_post_process_path=None)
+    state = sglang_rollout.GenerateState(args)
+    params = dict(state.sampling_params, max_new_tokens=8)
+    filled = asyncio.run(sglang_rollout.generate_and_rm(args, Sample(prompt="Say hi.", label="hi", index=0), params))
+    with pytest.raises(TypeError):  # why: slime's OPD post-process reads a teacher reply from sample.reward
+        on_policy_distillation.post_process_rewards(args, [filled])
+    args.use_opd, args.opd_type = True, "sglang"
+    with pytest.raises(SlimeConfigError, match="--use-opd --opd-type sglang"):
+        asyncio.run(sglang_rollout.generate_and_rm(args, Sample(prompt="Say hi.", index=1), dict(params)))
