@@ -76,6 +76,7 @@ class Executor:
         rewards: RewardScorer,
         sampling: Mapping[str, Any] | None = None,
         clock=time.monotonic,
+        max_context_tokens: int | None = None,
     ):
         self.plan = plan
         self.endpoints = endpoints
@@ -84,6 +85,9 @@ class Executor:
         self.sampling = dict(sampling or {})
         self.render = Renderer(plan)
         self.clock = clock
+        # a training framework's context bound (slime's --rollout-max-context-len): every call whose
+        # tokens go into a training sample keeps prompt + output within it (llm handler)
+        self.max_context_tokens = max_context_tokens
 
     # ------------------------------------------------------------------ public
     async def close(self) -> None:
@@ -115,7 +119,8 @@ class Executor:
                 reward_scalar(reward, self.plan.reward.key)  # a value credit cannot be split from fails here
             except Exception as exc:  # user reward code may raise anything: it fails this rollout only
                 reward = None
-                r.status, r.error = "failed", f"reward: {type(exc).__name__}: {exc}"
+                why = f" (the rollout had ended {r.status}: {r.error})" if r.error else ""
+                r.status, r.error = "failed", f"reward: {type(exc).__name__}: {exc}{why}"
         samples = self._finish_samples(r, reward)
         return RolloutResult(
             inp.rollout_id,

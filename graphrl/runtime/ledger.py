@@ -306,6 +306,23 @@ class SampleBuilder:
         self._spans.append(span)
         return span
 
+    def cut_masked_tail(self, max_tokens: int) -> None:
+        """Drop what lies past `max_tokens` tokens (prompt + response): only masked tokens that were
+        not generated (rendered template text, an observation) may go; a LedgerError otherwise."""
+        if self._prompt is None:
+            return
+        keep = max(0, max_tokens - len(self._prompt))
+        if keep >= len(self._response):
+            return
+        spans = []
+        for sp in self._spans:
+            if sp.end > keep and (sp.kind == "generated" or sp.mask):
+                raise LedgerError(f"cannot cut {sp} at {keep}: it holds generated or trained tokens")
+            if sp.start < keep:
+                spans.append(sp if sp.end <= keep else Span(sp.node, sp.visit, sp.start, keep, sp.mask, sp.kind))
+        del self._response[keep:], self._mask[keep:], self._logprobs[keep:]
+        self._spans = spans
+
     def record_call(self, call: CallRecord) -> None:
         if not isinstance(call, CallRecord):
             raise LedgerError(f"expected a CallRecord, got {type(call).__name__}")

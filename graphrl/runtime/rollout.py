@@ -69,6 +69,7 @@ class StepServices(Protocol):
     tools: ToolRunner
     sampling: dict[str, Any]
     clock: Callable[[], float]
+    max_context_tokens: int | None  # bound on a trained call's prompt + output (None: no bound)
 
     def thread(self, r: RolloutState, name: str) -> TrainedThread: ...
 

@@ -132,14 +132,19 @@ class SlimeTarget:
         self._wired = _Wired(cfg, endpoints_for_plan(plan, engines, renderer, renderers=renderers))
         return self._wired
 
-    def _executor(self, wired: _Wired, sampling: dict[str, Any]) -> Executor:
-        key = json.dumps(sampling, sort_keys=True, default=str)
+    def _executor(self, wired: _Wired, sampling: dict[str, Any], context: int | None = None) -> Executor:
+        key = json.dumps([sampling, context], sort_keys=True, default=str)
         ex = wired.executors.get(key)
         if ex is None:
             plan = self.plan()
             search = [Path(wired.cfg.source_dir or Path(plan.source.get("file", ".")).parent), self.plan_path.parent]
             ex = wired.executors[key] = Executor(
-                plan, wired.endpoints, tools=ToolBox(search), rewards=RewardBox(search), sampling=sampling
+                plan,
+                wired.endpoints,
+                tools=ToolBox(search),
+                rewards=RewardBox(search),
+                sampling=sampling,
+                max_context_tokens=context,
             )
         return ex
 
@@ -155,7 +160,9 @@ class SlimeTarget:
         wired = self._wire(args)
         plan = self.plan(args)
         sampling = {k: copy.deepcopy(sampling_params[k]) for k in _SHARED_SAMPLING if k in sampling_params}
-        executor = self._executor(wired, sampling)
+        _refuse_multimodal(sample)
+        context = wired.cfg.eval_max_context_len if evaluation else wired.cfg.max_context_len
+        executor = self._executor(wired, sampling, context)
         if fill.needs_reset(sample):
             fill.reset_to_prompt(sample)  # --partial-rollout: graphs restart from the prompt
         index = getattr(sample, "index", None)
@@ -345,6 +352,20 @@ class SlimeTarget:
         """Per prompt group: one reward per rollout (not per sample), group-normalised like GRPO, then
         credited to the rollout's samples (even: / n, broadcast: x 1). Returns (raw, normalised)."""
         return post_process(args, samples, self.plan(args))
+
+
+def _refuse_multimodal(sample: Any) -> None:
+    """Images/videos/audio on a sample (slime's multimodal_inputs): a graph renders text prompts from the
+    row, so they would be dropped without a word; refused instead (an eval dataset's multimodal_keys
+    can bring them in even when the training flags did not)."""
+    media = getattr(sample, "multimodal_inputs", None) or {}
+    kinds = sorted(k for k, v in media.items() if v is not None) if isinstance(media, dict) else []
+    if kinds:
+        raise SlimeConfigError(
+            f"sample {getattr(sample, 'index', None)} carries multimodal inputs ({', '.join(kinds)}): graphrl "
+            "graphs render text prompts only and would drop them. Remove --multimodal-keys (and an eval "
+            "dataset's multimodal_keys)"
+        )
 
 
 async def _slime_rule_reward(args: Any, sample: Any, rm_type: str) -> Any:

@@ -42,12 +42,13 @@ class SlimeConfig:
     urls: Mapping[str, str]  # model name -> base URL of its SGLang router / server
     tokenizers: Mapping[str, str]  # frozen model -> its own tokenizer (graph `tokenizer:`)
     max_response_len: int | None
-    max_context_len: int | None
+    max_context_len: int | None  # --rollout-max-context-len: bounds every trained call's prompt + output
     partial_rollout: bool
     reward_key: str | None
     timeout_s: float
     fanout: bool
     source_dir: str | None = None  # the graph's directory (slime_args.yaml): user tools and rewards
+    eval_max_context_len: int | None = None  # --eval-max-context-len (slime defaults it to the rollout's)
 
 
 def module_name(plan: Plan) -> str:
@@ -141,6 +142,11 @@ def flag_problems(args: Any, plan: Plan) -> list[str]:
                 opd + f"and fan-out graph '{plan.name}' needs graphrl's post_process_rewards instead of "
                 "slime's: use --opd-type megatron"
             )
+    if _set(args, "multimodal_keys"):
+        out.append(
+            "--multimodal-keys gives samples images/videos, but a graph renders text prompts from the row "
+            "and would drop them: remove --multimodal-keys"
+        )
     if _set(args, "use_rollout_routing_replay"):
         out.append(
             "--use-rollout-routing-replay needs per-token routed experts that graphrl does not forward: remove it"
@@ -153,6 +159,10 @@ def flag_problems(args: Any, plan: Plan) -> list[str]:
             "generate credits the graph's key; drop --reward-key or make them equal"
         )
     return out
+
+
+def _positive(value: Any) -> int | None:
+    return int(value) if value not in (None, False) and int(value) > 0 else None
 
 
 def from_args(args: Any, plan: Plan) -> SlimeConfig:
@@ -200,7 +210,8 @@ def from_args(args: Any, plan: Plan) -> SlimeConfig:
         urls=urls,
         tokenizers=tokenizers,
         max_response_len=get("rollout_max_response_len"),
-        max_context_len=get("rollout_max_context_len"),
+        max_context_len=_positive(get("rollout_max_context_len")),
+        eval_max_context_len=_positive(get("eval_max_context_len", get("rollout_max_context_len"))),
         partial_rollout=bool(get("partial_rollout", False)),
         reward_key=get("reward_key"),
         timeout_s=float(get("graphrl_request_timeout_s", 900.0) or 900.0),

@@ -589,6 +589,85 @@ def test_partial_rollout_is_refused_for_fanout(slime_kit):
         )
 
 
+# ---------------------------------------------------------------------------------------- context bound
+def test_max_context_len_clamps_a_call_to_the_room_left(slime_kit):
+    slime_kit.compile("single")
+    free = slime_kit.run(
+        slime_kit.target({"policy": slime_kit.engine(["Paris"])}), _sample(SampleStandIn), ArgsStandIn()
+    )
+    prompt = len(free.tokens) - free.response_length
+    eng = slime_kit.engine(["Paris is the capital"])
+    got = slime_kit.run(
+        slime_kit.target({"policy": eng}), _sample(SampleStandIn), ArgsStandIn(rollout_max_context_len=prompt + 2)
+    )
+    assert eng.requests[0].sampling_params["max_new_tokens"] == 2  # not the node's 16
+    assert len(got.tokens) == prompt + 2 and got.status == ST.TRUNCATED
+
+
+@BOTH
+def test_a_rollout_whose_context_reaches_max_context_len_ends_truncated(slime_kit, Sample):
+    import slime_tools
+    from slime_testkit import GRAPHS
+
+    src = slime_kit.tmp / "think_reward.yaml"  # a reward the truncated rollout can compute
+    src.write_text((GRAPHS / "multiturn.yaml").read_text().replace("{{ answer.text }}", "{{ think.text }}"))
+    slime_kit.compile(src)
+    replies = ["I will look.", "A hint.", "Paris"]
+    free = slime_kit.run(slime_kit.target({"policy": slime_kit.engine(replies)}), _sample(Sample), ArgsStandIn())
+    prompt = len(free.tokens) - free.response_length
+    think = free.metadata["graphrl"]["spans"][0]["end"]
+    bound = prompt + think + 2  # think fits; the tool's observation rendered after it does not
+    slime_tools.CALLS.clear()
+    eng = slime_kit.engine(replies)
+    got = slime_kit.run(slime_kit.target({"policy": eng}), _sample(Sample), ArgsStandIn(rollout_max_context_len=bound))
+    assert len(eng.requests) == 1 and slime_tools.CALLS == ["I will look."]  # no call past the bound
+    assert got.status.value == "truncated" and got.remove_sample is False
+    assert len(got.tokens) == bound  # the observation cut at the bound, nothing over it
+    spans = got.metadata["graphrl"]["spans"]
+    assert (spans[0]["node"], spans[0]["mask"]) == ("think", 1)
+    assert {sp["mask"] for sp in spans[1:]} == {0} and spans[-1]["end"] == think + 2  # masked text, cut
+    assert len(got.loss_mask) == got.response_length == len(got.rollout_log_probs)
+    assert "--rollout-max-context-len" in got.metadata["graphrl"]["error"]
+    assert got.reward == 0.0 and got.metadata["graphrl"]["rollout_reward"] == 0.0  # computed, as for a length cut
+
+
+def test_a_reward_that_needs_the_unreached_node_fails_and_says_why(slime_kit):
+    slime_kit.compile("multiturn")
+    got = slime_kit.run(
+        slime_kit.target({"policy": slime_kit.engine(["I will look.", "A hint.", "Paris"])}),
+        _sample(SampleStandIn),
+        ArgsStandIn(rollout_max_context_len=40),
+    )
+    error = got.metadata["graphrl"]["error"]
+    assert got.status == ST.FAILED and got.remove_sample is True
+    assert error.startswith("reward: RenderError") and "ended truncated" in error and "context bound" in error
+
+
+def test_eval_uses_eval_max_context_len(slime_kit):
+    slime_kit.compile("single")
+    eng = slime_kit.engine(["Paris", "Paris"])
+    target = slime_kit.target({"policy": eng})
+    args = ArgsStandIn(rollout_max_context_len=10_000, eval_max_context_len=None)
+    free = slime_kit.run(target, _sample(SampleStandIn), args, evaluation=True)
+    prompt = len(free.tokens) - free.response_length
+    args = ArgsStandIn(rollout_max_context_len=10_000, eval_max_context_len=prompt + 1)
+    slime_kit.run(target, _sample(SampleStandIn), args, evaluation=True)
+    assert [r.sampling_params["max_new_tokens"] for r in eng.requests] == [16, 1]
+
+
+def test_multimodal_inputs_are_refused_not_dropped(slime_kit):
+    slime_kit.compile("single")
+    target = slime_kit.target({"policy": slime_kit.engine(["Paris", "Paris"])})
+    sample = _sample(SampleStandIn)
+    sample.multimodal_inputs = {"images": ["<an image>"], "videos": None}
+    with pytest.raises(SlimeConfigError, match=r"sample 7 carries multimodal inputs \(images\)"):
+        slime_kit.run(target, sample, ArgsStandIn())
+    sample.multimodal_inputs = {"images": None}  # slime's own test for "has multimodal inputs"
+    assert slime_kit.run(target, sample, ArgsStandIn()).reward == 1.0
+    with pytest.raises(SlimeConfigError, match="--multimodal-keys"):
+        slime_kit.run(target, _sample(SampleStandIn), ArgsStandIn(multimodal_keys={"image": "img"}))
+
+
 # ---------------------------------------------------------------------------------------- flags
 def test_every_incompatible_flag_is_named_at_once(slime_kit):
     slime_kit.compile("fanout")

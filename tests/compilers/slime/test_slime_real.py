@@ -630,3 +630,44 @@ def test_opd_with_a_teacher_server_is_refused_before_slimes_post_process_fails(
     args.use_opd, args.opd_type = True, "sglang"
     with pytest.raises(SlimeConfigError, match="--use-opd --opd-type sglang"):
         asyncio.run(sglang_rollout.generate_and_rm(args, Sample(prompt="Say hi.", index=1), dict(params)))
+
+
+def test_max_context_len_bounds_every_sample_and_ends_truncated(
+    slime_kit, tiny_server, tiny_checkpoint, fresh_state, monkeypatch
+):
+    src = slime_kit.tmp / "think_reward.yaml"
+    src.write_text((GRAPHS / "multiturn.yaml").read_text().replace("{{ answer.text }}", "{{ think.text }}"))
+    out = slime_kit.compile(src)
+    monkeypatch.syspath_prepend(str(out))
+    args = _args_for(out, tiny_server, tiny_checkpoint, custom_reward_post_process_path=None)
+    state = sglang_rollout.GenerateState(args)
+    free = asyncio.run(
+        sglang_rollout.generate_and_rm(
+            args, Sample(prompt="What is 2+2?", label="4", index=0), state.sampling_params.copy()
+        )
+    )
+    bound = len(free.tokens) - free.response_length + 6  # the prompt and 6 more tokens
+    args.rollout_max_context_len = bound
+    got = asyncio.run(
+        sglang_rollout.generate_and_rm(
+            args, Sample(prompt="What is 2+2?", label="4", index=1), state.sampling_params.copy()
+        )
+    )
+    _check(got)
+    assert got.status != Sample.Status.FAILED, got.metadata["graphrl"]["error"]
+    assert len(got.tokens) <= bound and got.status == Sample.Status.TRUNCATED and not got.remove_sample
+    assert len([c for c in got.metadata["graphrl"]["rollout_calls"] if c["endpoint"] == "policy"]) == 1
+
+
+def test_multimodal_samples_are_refused_through_slimes_generate_and_rm(
+    slime_kit, tiny_server, tiny_checkpoint, fresh_state, monkeypatch
+):
+    from graphrl.compilers.slime.config import SlimeConfigError
+
+    out = slime_kit.compile("single")
+    monkeypatch.syspath_prepend(str(out))
+    args = _args_for(out, tiny_server, tiny_checkpoint, custom_reward_post_process_path=None)
+    state = sglang_rollout.GenerateState(args)
+    sample = Sample(prompt="Describe the image.", index=0, multimodal_inputs={"images": ["an image"]})
+    with pytest.raises(SlimeConfigError, match=r"multimodal inputs \(images\)"):
+        asyncio.run(sglang_rollout.generate_and_rm(args, sample, state.sampling_params.copy()))
