@@ -431,10 +431,11 @@ def test_one_session_for_many_concurrent_calls_and_new_loop_ok():
         fake = FakeSGLangServerForTests(answer)
         async with fake.running(port):
             gens = await asyncio.gather(*(engine.generate([i], {}) for i in range(300)))
-            session = engine._session
+            session = await engine._client()
             await engine.generate([1], {})
-            assert engine._session is session
-            await engine.close()  # sessions belong to a loop: close before the loop ends
+            assert await engine._client() is session
+            await engine.close()  # closes this loop's session now (else it closes when the loop ends)
+            assert session.closed
         return fake, gens
 
     fake, gens = run(main())

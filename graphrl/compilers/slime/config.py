@@ -10,7 +10,7 @@ Invariants:
   fallback to the policy's router (slime itself falls back silently);
 - slime flags that cannot work with this graph are refused here with the fix, before any rollout:
   for fan-out graphs --partial-rollout, --group-rm, --dynamic-sampling-filter-path, --log-passrate,
-  a missing --custom-reward-post-process-path or --use-dynamic-batch-size; for every graph
+  slime's fully_async_rollout, a missing --custom-reward-post-process-path or --use-dynamic-batch-size; for every graph
   --apply-chat-template (the graph renders its own prompts), top-p replay (--rollout-top-p != 1) and
   MoE routing replay (graphrl does not forward the per-token data they need); on-policy distillation
   with a teacher server (--use-opd --opd-type sglang) for a graph with a reward or a fan-out graph;
@@ -93,6 +93,13 @@ def flag_problems(args: Any, plan: Plan) -> list[str]:
             out.append(why + "--dynamic-sampling-filter-path counts samples, not rollouts: remove it")
         if _set(args, "log_passrate"):
             out.append(why + "--log-passrate reshapes rewards by --n-samples-per-prompt and fails: remove it")
+        rollout_fn = _flag(args, "rollout_function_path")
+        if isinstance(rollout_fn, str) and "fully_async" in rollout_fn:
+            out.append(
+                why + f"fully_async_rollout ({rollout_fn}) orders finished groups by int(sample.index) "
+                "and fails on a group of sample lists (int() of a list's index method): use slime's "
+                "default --rollout-function-path (train_async.py works with it too)"
+            )
         if _flag(args, "custom_reward_post_process_path") is None:
             out.append(
                 why + "default GRPO normalisation merges uneven prompt groups into one: add "

@@ -718,6 +718,30 @@ def test_opd_with_a_teacher_server_and_no_graph_reward(slime_kit):
     assert got.reward is None  # slime's OPD reward function asks the teacher
 
 
+@pytest.mark.parametrize(
+    "path",
+    [
+        "slime.rollout.fully_async_rollout.generate_rollout_fully_async",
+        "fully_async_rollout.generate_rollout_fully_async",
+    ],
+)
+def test_fanout_under_fully_async_rollout_is_refused(slime_kit, path):
+    slime_kit.compile("fanout")
+    with pytest.raises(SlimeConfigError, match=r"fully_async_rollout .* int\(sample.index\)"):
+        slime_kit.run(
+            slime_kit.target(_fanout_engines(slime_kit)),
+            _sample(SampleStandIn),
+            _fanout_args(rollout_function_path=path),
+        )
+
+
+def test_one_sample_graphs_run_under_fully_async_rollout(slime_kit):
+    slime_kit.compile("single")
+    args = ArgsStandIn(rollout_function_path="slime.rollout.fully_async_rollout.generate_rollout_fully_async")
+    got = slime_kit.run(slime_kit.target({"policy": slime_kit.engine(["Paris"])}), _sample(SampleStandIn), args)
+    assert got.reward == 1.0
+
+
 def test_reward_key_wraps_the_credit(slime_kit):
     slime_kit.compile("single")
     got = slime_kit.run(

@@ -671,3 +671,69 @@ def test_multimodal_samples_are_refused_through_slimes_generate_and_rm(
     sample = Sample(prompt="Describe the image.", index=0, multimodal_inputs={"images": ["an image"]})
     with pytest.raises(SlimeConfigError, match=r"multimodal inputs \(images\)"):
         asyncio.run(sglang_rollout.generate_and_rm(args, sample, state.sampling_params.copy()))
+
+
+# ---------------------------------------------------------------------------------------- issue 14: fully async
+def test_fanout_under_fully_async_is_refused_because_slimes_ordering_fails(
+    slime_kit, tiny_server, tiny_checkpoint, fresh_state, monkeypatch
+):
+    from slime.rollout import fully_async_rollout
+
+    from graphrl.compilers.slime.config import SlimeConfigError
+
+    out = slime_kit.compile("fanout")
+    monkeypatch.syspath_prepend(str(out))
+    host, port = tiny_server.removeprefix("http://").split(":")
+    routers = {"helper": (host, int(port)), "critic": (host, int(port))}
+    args = _args_for(out, tiny_server, tiny_checkpoint, sglang_model_routers=routers, rollout_global_dataset=True)
+    state = sglang_rollout.GenerateState(args)
+    group = [Sample(prompt="Name a river.", label="Nile", index=i, group_index=0) for i in range(2)]
+    done = asyncio.run(sglang_rollout.generate_and_rm_group(args, group, sampling_params=state.sampling_params.copy()))
+
+    class _Worker:  # fully_async's worker with this fan-out group finished
+        def get_completed_groups(self, limit=None):
+            return [(0, done), (1, done)]
+
+        def queue_size(self):
+            return 0
+
+    monkeypatch.setattr(fully_async_rollout, "_get_global_worker", lambda a, b: _Worker())
+    args.rollout_batch_size = 2
+    with pytest.raises(TypeError):  # why graphrl refuses: slime's _key calls int() on a list's index method
+        asyncio.run(fully_async_rollout._generate_rollout_async(args, 0, None))
+    args.rollout_function_path = "slime.rollout.fully_async_rollout.generate_rollout_fully_async"
+    sglang_rollout.GenerateState.clear_instances()
+    with pytest.raises(SlimeConfigError, match="fully_async_rollout"):
+        asyncio.run(
+            sglang_rollout.generate_and_rm_group(
+                args, [Sample(prompt="x", label="y", index=9, group_index=1)], sampling_params=state.sampling_params
+            )
+        )
+
+
+def test_slimes_group_loop_from_several_event_loops_leaks_no_session(
+    slime_kit, tiny_server, tiny_checkpoint, fresh_state, monkeypatch
+):
+    import aiohttp
+
+    made = []
+    real = aiohttp.ClientSession
+
+    def counting(*a, **kw):
+        made.append(real(*a, **kw))
+        return made[-1]
+
+    out = slime_kit.compile("single")
+    monkeypatch.syspath_prepend(str(out))
+    args = _args_for(out, tiny_server, tiny_checkpoint, custom_reward_post_process_path=None)
+    sglang_rollout.GenerateState(args)
+    monkeypatch.setattr(aiohttp, "ClientSession", counting)
+    for k in range(3):  # e.g. fully_async's worker thread loop, then slime's own loop, ...
+        sglang_rollout.GenerateState.clear_instances()  # its semaphore belongs to one loop
+        state = sglang_rollout.GenerateState(args)
+        group = [Sample(prompt="Say hi.", label="hi", index=4 * k + i, group_index=k) for i in range(4)]
+        got = asyncio.run(
+            sglang_rollout.generate_and_rm_group(args, group, sampling_params=state.sampling_params.copy())
+        )
+        assert all(s.response_length >= 1 for s in got)
+    assert len(made) == 3 and all(s.closed for s in made)
