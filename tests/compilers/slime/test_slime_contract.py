@@ -581,6 +581,46 @@ def test_partial_rollout_sample_restarts_from_the_prompt(slime_kit, Sample):
     assert _fields(got) == _fields(fresh)
 
 
+@BOTH
+def test_a_request_aborted_while_queued_is_a_clean_aborted_sample(slime_kit, Sample):
+    """SGLang answers a request aborted in its queue with finish reason abort and no token: the sample
+    is ABORTED with a readable reason (it used to be a LedgerError about a 0-token response), and
+    comes back under --partial-rollout to restart from its prompt."""
+    slime_kit.compile("single")
+    args = ArgsStandIn(partial_rollout=True)
+    got = slime_kit.run(slime_kit.target({"policy": slime_kit.engine([("", "abort")])}), _sample(Sample), args)
+    info = got.metadata["graphrl"]
+    assert got.status.value == "aborted" and got.remove_sample is True and got.reward == 0.0
+    assert info["error"] == "engine aborted the call of 'solve' before it generated a token"
+    assert info["placeholder"] is True and info["aborted_by"] == "engine" and "LedgerError" not in info["error"]
+    assert got.response_length == 1 and got.loss_mask == [0] and len(got.tokens) == 2
+    fresh = slime_kit.run(slime_kit.target({"policy": slime_kit.engine(["Paris"])}), _sample(Sample), args)
+    again = slime_kit.run(slime_kit.target({"policy": slime_kit.engine(["Paris"])}), got, args)
+    assert _fields(again) == _fields(fresh)  # back from slime's buffer: from the prompt, placeholder gone
+
+
+def test_partial_rollout_keeps_the_row_and_session_and_drops_the_response(slime_kit):
+    slime_kit.compile("single")
+    args = ArgsStandIn(partial_rollout=True)
+    back = _sample(
+        SampleStandIn,
+        tokens=[1, 2, 3, 4],
+        response="Par",
+        response_length=2,
+        loss_mask=[0, 0],
+        rollout_log_probs=[-1.0, -1.0],
+        status=ST.ABORTED,
+        weight_versions=["old"],
+    )
+    back.metadata.update(start_rollout_id=4, raw_reward=0.0, round_number=1, graphrl={"status": "aborted"})
+    eng = slime_kit.engine(["Paris"])
+    got = slime_kit.run(slime_kit.target({"policy": eng}), back, args)
+    assert got.metadata["source_name"] == "unit" and got.session_id == "sess-7" and got.index == 7
+    assert eng.requests[0].session_id == "sess-7"  # the same session: same worker, its prefix cache
+    assert "start_rollout_id" not in got.metadata and got.weight_versions == []
+    assert got.tokens[: len(eng.requests[0].input_ids)] == list(eng.requests[0].input_ids)
+
+
 def test_partial_rollout_is_refused_for_fanout(slime_kit):
     slime_kit.compile("fanout")
     with pytest.raises(SlimeConfigError, match="--partial-rollout"):

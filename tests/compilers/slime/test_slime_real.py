@@ -737,3 +737,77 @@ def test_slimes_group_loop_from_several_event_loops_leaks_no_session(
         )
         assert all(s.response_length >= 1 for s in got)
     assert len(made) == 3 and all(s.closed for s in made)
+
+
+# ---------------------------------------------------------------------------------------- issue 14: partial rollout
+def _queued_abort_server():
+    """An SGLang that aborts every request while it is queued (finish reason abort, no token)."""
+    import threading
+
+    from aiohttp import web
+
+    async def generate(request):
+        await request.read()
+        meta = {"id": "q", "finish_reason": {"type": "abort", "message": "Abort in waiting queue"}, "prompt_tokens": 0}
+        return web.json_response({"text": "", "output_ids": [], "meta_info": meta})
+
+    app = web.Application()
+    app.router.add_post("/generate", generate)
+    loop = asyncio.new_event_loop()
+    box, ready = {}, threading.Event()
+
+    def serve():
+        asyncio.set_event_loop(loop)
+        runner = web.AppRunner(app)
+        loop.run_until_complete(runner.setup())
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        loop.run_until_complete(site.start())
+        box["port"] = site._server.sockets[0].getsockname()[1]
+        ready.set()
+        loop.run_forever()
+        loop.run_until_complete(runner.cleanup())
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    ready.wait(30)
+
+    def stop():
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(30)
+
+    return box["port"], stop
+
+
+def test_partial_rollout_a_request_aborted_while_queued_comes_back_and_restarts(
+    slime_kit, tiny_server, tiny_checkpoint, fresh_state, monkeypatch
+):
+    out = slime_kit.compile("single")
+    monkeypatch.syspath_prepend(str(out))
+    port, stop = _queued_abort_server()
+    try:
+        args = _args_for(out, tiny_server, tiny_checkpoint, custom_reward_post_process_path=None, partial_rollout=True)
+        args.sglang_router_port = port  # this step's server aborts everything still queued
+        state = sglang_rollout.GenerateState(args)
+        params = dict(state.sampling_params, temperature=0.0)
+        sample = Sample(prompt="Say hi.", label="hi", index=0, group_index=0)
+        got = asyncio.run(sglang_rollout.generate_and_rm(args, sample, dict(params)))
+    finally:
+        stop()
+    info = got.metadata["graphrl"]
+    assert got.status == Sample.Status.ABORTED and got.remove_sample and info["placeholder"]
+    assert info["error"] == "engine aborted the call of 'solve' before it generated a token"
+    got._validate_response_metadata_lengths()
+    # slime's abort() keeps it for the next step (no response: no start_rollout_id); there it restarts
+    args.sglang_router_port = int(tiny_server.rsplit(":", 1)[1])
+    sglang_rollout.GenerateState.clear_instances()
+    sglang_rollout.GenerateState(args)
+    again = asyncio.run(sglang_rollout.generate_and_rm(args, got, dict(params)))
+    fresh = asyncio.run(
+        sglang_rollout.generate_and_rm(args, Sample(prompt="Say hi.", label="hi", index=0, group_index=0), dict(params))
+    )
+    _check(again)
+    assert (
+        again.tokens == fresh.tokens
+        and again.status == fresh.status
+        and not again.metadata["graphrl"].get("placeholder")
+    )
