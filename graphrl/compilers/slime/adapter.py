@@ -195,7 +195,8 @@ class SlimeTarget:
         eval_rm = self._eval_scorer(sample) if evaluation and has_reward else None
         slime_scores = not has_reward or eval_rm is not None
         outcome = settle(plan, res, evaluation=evaluation, scored_elsewhere=slime_scores)
-        raw = _as_float(self._reward_value(args, outcome.rollout_reward), args) if has_reward else None
+        key = _reward_key(args, evaluation)
+        raw = _as_float(self._reward_value(args, outcome.rollout_reward, evaluation), key) if has_reward else None
         renderer = wired.endpoints.renderer(POLICY)
         base = {
             "graph": plan.name,
@@ -238,11 +239,11 @@ class SlimeTarget:
             s = so.sample
             target = sample if i == 0 else copy.deepcopy(pristine)
             fill.write_tokens(target, s, args)
-            written = self._reward_value(args, so.reward)
+            written = self._reward_value(args, so.reward, evaluation)
             info = dict(
                 base,
                 sample_index=s.index,
-                written_reward=None if written is None else _as_float(written, args),
+                written_reward=None if written is None else _as_float(written, key),
                 spans=[sp.to_json() for sp in s.spans],
                 calls=[c.to_json() for c in s.calls],
                 **(rollout_info if i == 0 else {}),
@@ -263,11 +264,11 @@ class SlimeTarget:
         if outcome.placeholder is not None:
             pad = min(renderer.stop_token_ids) if renderer.stop_token_ids else 0
             fill.write_placeholder(sample, pad)
-            written = self._reward_value(args, outcome.placeholder.reward)
+            written = self._reward_value(args, outcome.placeholder.reward, evaluation)
             info = dict(
                 base,
                 sample_index=0,
-                written_reward=None if written is None else _as_float(written, args),
+                written_reward=None if written is None else _as_float(written, key),
                 spans=[],
                 calls=[],
                 placeholder=True,
@@ -305,11 +306,12 @@ class SlimeTarget:
             return str(path)
         return None
 
-    def _reward_value(self, args: Any, credit: Any) -> Any:
-        """A credit as slime reads it: a float, or {reward_key: value} when slime has --reward-key."""
+    def _reward_value(self, args: Any, credit: Any, evaluation: bool = False) -> Any:
+        """A credit as slime reads it: a float, or {key: value} when slime has --reward-key (in eval,
+        --eval-reward-key first: slime's eval indexes each reward with it)."""
         if credit is None:
             return None
-        key = getattr(args, "reward_key", None)
+        key = _reward_key(args, evaluation)
         if isinstance(credit, dict):
             if key is None:
                 raise SlimeConfigError(
@@ -319,8 +321,8 @@ class SlimeTarget:
             return dict(credit)
         return {key: float(credit)} if key else float(credit)
 
-    def _zero(self, args: Any) -> Any:
-        key = getattr(args, "reward_key", None)
+    def _zero(self, args: Any, evaluation: bool = False) -> Any:
+        key = _reward_key(args, evaluation)
         return {key: 0.0} if key else 0.0
 
     # ------------------------------------------------------------------ rewards
@@ -339,10 +341,11 @@ class SlimeTarget:
         scorer = str(info.get("eval_scorer") or "")
         if scorer.startswith("rm_type:"):  # an eval dataset's rm_type: slime's rule-based reward scores it
             return await _slime_rule_reward(args, sample, scorer.removeprefix("rm_type:"))
+        evaluation = bool(info.get("evaluation"))
         if info.get("status") not in ("completed", "truncated") or info.get("rollout_reward") is None:
-            return self._zero(args)
-        if info.get("evaluation"):  # eval: the rollout's whole reward, never a training credit
-            return self._reward_value(args, float(info["rollout_reward"]))
+            return self._zero(args, evaluation)
+        if evaluation:  # eval: the rollout's whole reward, never a training credit
+            return self._reward_value(args, float(info["rollout_reward"]), evaluation)
         n = max(1, int(info.get("num_samples") or 1))
         weights = credit_weights(info.get("credit") or "even", n, float(info.get("discount") or 1.0))
         share = weights[min(max(int(info.get("sample_index") or 0), 0), n - 1)]
@@ -386,11 +389,16 @@ async def _slime_rule_reward(args: Any, sample: Any, rm_type: str) -> Any:
     return await rm_hub.async_rm(plain_args, plain)
 
 
-def _as_float(value: Any, args: Any) -> float:
+def _reward_key(args: Any, evaluation: bool) -> str | None:
+    """The key slime reads a reward with: --reward-key, or in eval --eval-reward-key first."""
+    key = getattr(args, "eval_reward_key", None) if evaluation else None
+    return key or getattr(args, "reward_key", None)
+
+
+def _as_float(value: Any, key: str | None) -> float:
     if value is None:
         return 0.0
     if isinstance(value, dict):
-        key = getattr(args, "reward_key", None)
         return float(value.get(key, 0.0)) if key else 0.0
     return float(value)
 

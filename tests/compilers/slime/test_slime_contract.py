@@ -792,6 +792,18 @@ def test_reward_key_wraps_the_credit(slime_kit):
     assert got.reward == {"score": 1.0}
 
 
+def test_eval_reward_key_wraps_eval_rewards_only(slime_kit):
+    """slime's eval reads sample.reward[--eval-reward-key or --reward-key]: a float there is a TypeError."""
+    slime_kit.compile("single")
+    target = slime_kit.target({"policy": slime_kit.engine(["Paris", "Paris"])})
+    args = ArgsStandIn(eval_reward_key="acc")
+    got = slime_kit.run(target, _sample(SampleStandIn), args, evaluation=True)
+    assert got.reward == {"acc": 1.0}
+    got.reward = None
+    assert asyncio.run(target.reward_func(args, got)) == {"acc": 1.0}
+    assert slime_kit.run(target, _sample(SampleStandIn), args).reward == 1.0  # training: --reward-key only
+
+
 def test_config_is_converted_once(slime_kit, monkeypatch):
     from graphrl.compilers.slime import adapter
 

@@ -811,3 +811,14 @@ def test_partial_rollout_a_request_aborted_while_queued_comes_back_and_restarts(
         and again.status == fresh.status
         and not again.metadata["graphrl"].get("placeholder")
     )
+
+
+def test_eval_rollout_with_an_eval_reward_key(slime_kit, tiny_server, tiny_checkpoint, fresh_state, monkeypatch):
+    out = _always_right_fanout(slime_kit)
+    monkeypatch.syspath_prepend(str(out))
+    args = _eval_args(out, tiny_server, tiny_checkpoint)
+    args.eval_reward_key = "acc"  # slime's eval then reads sample.reward["acc"]
+    sglang_rollout.GenerateState(args)
+    cfg = _eval_dataset(slime_kit.tmp, name="rivers", custom_rm_path=args.custom_rm_path, max_response_len=16)
+    got = asyncio.run(sglang_rollout.eval_rollout_single_dataset(args, 0, cfg))["rivers"]
+    assert got["rewards"] == [1.0] * 4
