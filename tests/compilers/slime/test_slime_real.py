@@ -390,13 +390,14 @@ def test_slime_plugin_path_loading_contracts_for_reward_func(slime_kit, tiny_ser
 # ---------------------------------------------------------------------------------------- issue 14: eval
 def _always_right_fanout(slime_kit) -> Path:
     """fanout.yaml with a reward that is always 1.0 (the tiny model's text never matches a label)."""
-    src = slime_kit.tmp / "fanout.yaml"
+    src = slime_kit.tmp / "fanout_ok.yaml"  # its own name: slime imports the compiled module by name, once
     src.write_text(
         (GRAPHS / "fanout.yaml")
         .read_text()
+        .replace("name: fanout\n", "name: fanout_ok\n")
         .replace('args: {prediction: "{{ answer.text }}", label: "{{ gold }}"}', "args: {prediction: ok, label: ok}")
     )
-    return slime_kit.compile(src)
+    return slime_kit.compile(src, out="fanout_ok")
 
 
 def _eval_dataset(tmp: Path, **cfg):
@@ -636,8 +637,13 @@ def test_max_context_len_bounds_every_sample_and_ends_truncated(
     slime_kit, tiny_server, tiny_checkpoint, fresh_state, monkeypatch
 ):
     src = slime_kit.tmp / "think_reward.yaml"
-    src.write_text((GRAPHS / "multiturn.yaml").read_text().replace("{{ answer.text }}", "{{ think.text }}"))
-    out = slime_kit.compile(src)
+    src.write_text(
+        (GRAPHS / "multiturn.yaml")
+        .read_text()
+        .replace("name: multiturn", "name: think_reward")
+        .replace("{{ answer.text }}", "{{ think.text }}")
+    )
+    out = slime_kit.compile(src, out="think_reward")
     monkeypatch.syspath_prepend(str(out))
     args = _args_for(out, tiny_server, tiny_checkpoint, custom_reward_post_process_path=None)
     state = sglang_rollout.GenerateState(args)
