@@ -48,6 +48,7 @@ from ...tools.registry import ToolBox
 from . import fill
 from ._tokenizer import load_tokenizer
 from .config import SlimeConfig, SlimeConfigError, from_args, module_name
+from .metrics import eval_node_metrics, node_metrics
 from .rewards import post_process
 
 # sampling params slime sends that apply to every graph call (the graph owns stops and lengths)
@@ -351,10 +352,40 @@ class SlimeTarget:
         share = weights[min(max(int(info.get("sample_index") or 0), 0), n - 1)]
         return self._reward_value(args, float(info["rollout_reward"]) * share)
 
+    # ------------------------------------------------------------------ logs
+    def log_rollout(self, rollout_id: Any, args: Any, samples: list[Any], extra: Any, rollout_time: Any) -> bool:
+        """slime's --custom-rollout-log-function-path: per-node metrics (metrics.py) join slime's own
+        rollout metrics; False, so slime still logs everything else."""
+        _log(args, rollout_id, node_metrics(list(samples)), extra, "rollout/step")
+        return False
+
+    def log_eval_rollout(self, rollout_id: Any, args: Any, data: Any, extra: Any) -> bool:
+        """slime's --custom-eval-rollout-log-function-path: per-node metrics per eval dataset."""
+        _log(args, rollout_id, eval_node_metrics(dict(data or {})), extra, "eval/step")
+        return False
+
     def post_process_rewards(self, args: Any, samples: list[Any]) -> tuple[list[float], list[float]]:
         """Per prompt group: one reward per rollout (not per sample), group-normalised like GRPO, then
         credited to the rollout's samples (even: / n, broadcast: x 1). Returns (raw, normalised)."""
         return post_process(args, samples, self.plan(args))
+
+
+def _log(args: Any, rollout_id: Any, metrics: dict[str, float], extra: Any, step_key: str) -> None:
+    """Into slime's own log dict when it passes one (the extra metrics it logs next); otherwise through
+    slime's logging (wandb / tensorboard) at the same step. Imported only then, inside slime."""
+    if not metrics:
+        return
+    if isinstance(extra, dict):
+        extra.update(metrics)
+        return
+    try:
+        logging_utils = importlib.import_module("slime.observability.logging_utils")
+        metric_utils = importlib.import_module("slime.observability.metric_utils")
+    except ImportError:
+        return
+    logging_utils.log(
+        args, {**metrics, step_key: metric_utils.compute_rollout_step(args, rollout_id)}, step_key=step_key
+    )
 
 
 def _refuse_multimodal(sample: Any) -> None:
