@@ -31,6 +31,7 @@ class Scripted:
     finish_reason: FinishReason | None = None
     logprobs: tuple[float, ...] | None = None
     cached_tokens: int = 0
+    meta: Mapping[str, Any] = field(default_factory=dict)  # extra meta (weight_version, spec counters)
 
     def __post_init__(self) -> None:
         if (self.output_ids is None) == (self.text is None):
@@ -121,7 +122,7 @@ class ScriptedEngineForTests:
             text=text,
             prompt_tokens=len(ids),
             cached_tokens=item.cached_tokens,
-            meta={"scripted": True},
+            meta={"scripted": True, **item.meta},
         )
 
     def _decode(self, out: list[int]) -> str:

@@ -22,8 +22,9 @@ Invariants:
   a router while workers start). Other 5xx -> EngineError(retryable=False).
 - A request that times out or whose awaiting task is cancelled gets a best-effort
   `POST /abort_request {"rid": rid}` (fire-and-forget); cancellation is always re-raised.
-- One `aiohttp.ClientSession` per engine (per event loop), created lazily inside the running loop,
-  with a connection pool sized for high concurrency; a session passed in is used and never closed.
+- One `aiohttp.ClientSession` per event loop (`LoopSessions`), created lazily inside the running
+  loop with a connection pool sized for high concurrency, and closed when that loop shuts down (or
+  by `close()`); a session passed in is used and never closed.
 """
 
 from __future__ import annotations
@@ -39,10 +40,13 @@ import aiohttp
 
 from graphrl.engines._json import dumps, loads
 from graphrl.engines.base import ROUTING_HEADER, EngineError, FinishReason, Generation
+from graphrl.engines.loop_sessions import LoopSessions
 
-__all__ = ["SGLangEngine", "parse_generate_response", "ROUTING_HEADER"]
+__all__ = ["SGLangEngine", "parse_generate_response", "ROUTING_HEADER", "SPEC_COUNTERS"]
 
 _FINISH_TYPES = frozenset(("stop", "length", "abort"))
+# speculative-decoding counters SGLang's meta_info carries when it runs a draft model
+SPEC_COUNTERS = ("spec_accept_token_num", "spec_draft_token_num", "spec_verify_ct")
 _FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
 _INT_ONLY = {int}
 _NUMBER_TYPES = {float, int}
@@ -123,7 +127,12 @@ def parse_generate_response(body: Any, *, rid: str | None = None) -> Generation:
         text=text if isinstance(text, str) else "",
         prompt_tokens=meta.get("prompt_tokens") or 0,
         cached_tokens=meta.get("cached_tokens") or 0,
-        meta={"rid": rid, "id": meta.get("id"), "weight_version": meta.get("weight_version")},
+        meta={
+            "rid": rid,
+            "id": meta.get("id"),
+            "weight_version": meta.get("weight_version"),
+            **{k: meta[k] for k in SPEC_COUNTERS if isinstance(meta.get(k), int)},
+        },
     )
 
 
@@ -170,42 +179,34 @@ class SGLangEngine:
         # closed is not picked for a POST (which could not be retried safely).
         self._keepalive_s = keepalive_s
         self._external = session
-        self._session: aiohttp.ClientSession | None = None
-        self._session_loop: asyncio.AbstractEventLoop | None = None
+        self._sessions = LoopSessions(self._new_session)  # one per event loop, closed with its loop
         self._background: set[asyncio.Task[Any]] = set()
 
     def __repr__(self) -> str:
         return f"SGLangEngine({self.url!r})"
 
     # -- session -------------------------------------------------------------------------------
-    def _client(self) -> aiohttp.ClientSession:
+    def _new_session(self) -> aiohttp.ClientSession:
+        connector = aiohttp.TCPConnector(
+            limit=self._max_connections,
+            limit_per_host=self._max_connections,
+            keepalive_timeout=self._keepalive_s,
+            ttl_dns_cache=300,
+        )
+        return aiohttp.ClientSession(connector=connector, timeout=self._timeout)
+
+    async def _client(self) -> aiohttp.ClientSession:
         if self._external is not None:
             return self._external
-        loop = asyncio.get_running_loop()
-        session = self._session
-        if session is None or session.closed or self._session_loop is not loop:
-            connector = aiohttp.TCPConnector(
-                limit=self._max_connections,
-                limit_per_host=self._max_connections,
-                keepalive_timeout=self._keepalive_s,
-                ttl_dns_cache=300,
-            )
-            session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
-            self._session, self._session_loop = session, loop
-        return session
+        return await self._sessions.get()
 
     async def close(self) -> None:
-        """Wait briefly for pending best-effort aborts, then close the session this engine owns."""
+        """Wait briefly for pending best-effort aborts, then close this loop's session (if it owns one)."""
         loop = asyncio.get_running_loop()
         pending = [t for t in self._background if not t.done() and t.get_loop() is loop]
         if pending:
             await asyncio.wait(pending, timeout=self._short_timeout.total)
-        session, self._session, self._session_loop = self._session, None, None
-        if session is not None and not session.closed:
-            try:
-                await session.close()
-            except RuntimeError:  # created in a loop that is gone: nothing left to close
-                pass
+        await self._sessions.close()
 
     async def __aenter__(self) -> SGLangEngine:
         return self
@@ -239,7 +240,7 @@ class SGLangEngine:
         headers = self._headers
         if session_id is not None:
             headers = {**headers, ROUTING_HEADER: str(session_id)}
-        session = self._client()
+        session = await self._client()
         attempt = 0
         while True:
             in_flight = True
@@ -310,7 +311,7 @@ class SGLangEngine:
 
     async def _post_abort(self, body: dict[str, Any]) -> None:
         try:
-            async with self._client().post(
+            async with (await self._client()).post(
                 self._abort_url,
                 data=dumps(body),
                 headers=self._headers,
@@ -334,7 +335,7 @@ class SGLangEngine:
     async def health(self) -> bool:
         """True when `GET /health` answers 200; False on any other status or transport error."""
         try:
-            async with self._client().get(self.url + "/health", timeout=self._short_timeout) as r:
+            async with (await self._client()).get(self.url + "/health", timeout=self._short_timeout) as r:
                 await r.read()
                 return r.status == 200
         except (aiohttp.ClientError, asyncio.TimeoutError):
@@ -352,7 +353,7 @@ class SGLangEngine:
     async def model_info(self) -> dict[str, Any]:
         """`GET /get_model_info` (model_path, tokenizer_path, is_generation, ...)."""
         try:
-            async with self._client().get(self.url + "/get_model_info", timeout=self._short_timeout) as r:
+            async with (await self._client()).get(self.url + "/get_model_info", timeout=self._short_timeout) as r:
                 payload = await r.read()
                 status = r.status
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:

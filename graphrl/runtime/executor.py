@@ -15,7 +15,9 @@ Invariants (docs/architecture.md): sample tokens are exactly the ids sent to and
 only new text is tokenised; masks are 1 only on generated tokens of trained nodes; every sample of
 one rollout carries the rollout's id; a fault (engine error, render error, drift, timeout) ends
 this rollout with a status and an error message, keeping every sample already built; after an
-abort no new engine or tool call starts.
+abort no new engine or tool call starts. The caller's abort signal (`AbortSignal`: an asyncio.Event,
+or anything with `is_set()`, e.g. a view of a training framework's abort flag) is read before each
+node and after each batch of foreach items: the rollout stops at the next node boundary.
 """
 
 from __future__ import annotations
@@ -38,11 +40,16 @@ from .handlers.llm import strip_stop
 from .ledger import CallRecord, LedgerError, TrainingSample
 from .outcome import reward_scalar
 from .renderers import ModelRenderers
-from .rollout import RolloutFault, RolloutInput, RolloutState
+from .rollout import AbortSignal, RolloutFault, RolloutInput, RolloutState
 from .scope import NodeResult, Renderer, RenderError, merge_state
+from .scoring import node_reward, rollout_reward
 from .services import Endpoints, RewardScorer, ToolRunner, UnknownModel
 from .trained_thread import TrainedThread
 from .userfns import user_callable
+from .values import copy_value as _copy
+from .values import excerpt as _excerpt
+from .values import is_message as _is_message
+from .values import lone_surrogate as _lone_surrogate
 
 __all__ = ["Executor", "RolloutFault", "RolloutInput", "RolloutResult", "usage"]
 
@@ -63,6 +70,7 @@ class RolloutResult:
     state: dict[str, Any]
     elapsed_s: float
     engine_s: float
+    aborted_by: str | None = None  # an aborted rollout: "engine" (a call came back aborted), "caller", "graph"
 
 
 class Executor:
@@ -75,6 +83,7 @@ class Executor:
         rewards: RewardScorer,
         sampling: Mapping[str, Any] | None = None,
         clock=time.monotonic,
+        max_context_tokens: int | None = None,
     ):
         self.plan = plan
         self.endpoints = endpoints
@@ -84,6 +93,9 @@ class Executor:
         self.render = Renderer(plan, count_tokens=lambda text, model: len(endpoints.renderer(model).encode(text)))
         self.renderers = ModelRenderers(plan, endpoints)
         self.clock = clock
+        # a training framework's context bound (slime's --rollout-max-context-len): every call whose
+        # tokens go into a training sample keeps prompt + output within it (llm handler)
+        self.max_context_tokens = max_context_tokens
 
     # ------------------------------------------------------------------ public
     async def close(self) -> None:
@@ -92,7 +104,7 @@ class Executor:
         if close is not None:
             await close()
 
-    async def run(self, inp: RolloutInput, *, abort: asyncio.Event | None = None) -> RolloutResult:
+    async def run(self, inp: RolloutInput, *, abort: AbortSignal | None = None) -> RolloutResult:
         t0 = self.clock()
         r = RolloutState(inp=inp, ns={}, state={}, t0=t0)
         try:
@@ -100,7 +112,7 @@ class Executor:
         finally:  # also when cancelled (slime's abort): sessions and environments never outlive the rollout
             await r.resources.close()
 
-    async def _run(self, r: RolloutState, t0: float, abort: asyncio.Event | None) -> RolloutResult:
+    async def _run(self, r: RolloutState, t0: float, abort: AbortSignal | None) -> RolloutResult:
         inp = r.inp
         timeout = self.plan.limits.timeout_s
         try:
@@ -122,7 +134,8 @@ class Executor:
                 reward_scalar(reward, self.plan.reward.key)  # a value credit cannot be split from fails here
             except Exception as exc:  # user reward code may raise anything: it fails this rollout only
                 reward = None
-                r.status, r.error = "failed", f"reward: {type(exc).__name__}: {exc}"
+                why = f" (the rollout had ended {r.status}: {r.error})" if r.error else ""
+                r.status, r.error = "failed", f"reward: {type(exc).__name__}: {exc}{why}"
         await r.resources.close()  # python sessions, environments: after the reward, whatever happened
         samples = self._finish_samples(r, reward)
         return RolloutResult(
@@ -137,6 +150,7 @@ class Executor:
             dict(r.state),
             self.clock() - t0,
             r.engine_s,
+            r.aborted_by if r.status == "aborted" else None,
         )
 
     # ------------------------------------------------------------------ graph walk
@@ -166,7 +180,7 @@ class Executor:
         for name, var in self.plan.state.items():
             r.state[name] = _copy(var.default)
 
-    async def _execute(self, r: RolloutState, abort: asyncio.Event | None) -> None:
+    async def _execute(self, r: RolloutState, abort: AbortSignal | None) -> None:
         self._init(r)
         if self.plan.environment is not None:
             decl = self.plan.environment
@@ -175,7 +189,7 @@ class Executor:
         node_id = self.plan.start
         while node_id not in (END, ABORT):
             if abort is not None and abort.is_set():
-                r.status, r.error = "aborted", "aborted by the caller"
+                r.status, r.error, r.aborted_by = "aborted", "aborted by the caller", "caller"
                 return
             if self._out_of_steps(r):
                 return
@@ -187,7 +201,7 @@ class Executor:
             if r.status in ("aborted", "truncated"):
                 return
         if node_id == ABORT:
-            r.status, r.error = "aborted", "the graph routed to abort"
+            r.status, r.error, r.aborted_by = "aborted", "the graph routed to abort", "graph"
         elif r.last_finish == "length":
             r.status = "truncated"
 
@@ -204,7 +218,7 @@ class Executor:
             return True
         return node.token_budget is not None and r.policy_tokens >= node.token_budget
 
-    async def _step(self, r: RolloutState, nid: str, node: Any, abort: asyncio.Event | None) -> str:
+    async def _step(self, r: RolloutState, nid: str, node: Any, abort: AbortSignal | None) -> str:
         """Run a node: once, or once per foreach item (`parallel` items at a time); each item is a visit."""
         handler = HANDLERS[node.kind]
         items: list[Any] = [None]
@@ -422,6 +436,10 @@ class Executor:
             finish_reason=gen.finish_reason.type,
             cost=cost,
             start_s=start_s,
+            weight_version=_str_or_none(gen.meta.get("weight_version")),
+            spec_accept_token_num=gen.meta.get("spec_accept_token_num"),
+            spec_draft_token_num=gen.meta.get("spec_draft_token_num"),
+            spec_verify_ct=gen.meta.get("spec_verify_ct"),
         )
         r.calls.append(call)
         if model == POLICY:
@@ -448,99 +466,21 @@ class Executor:
     async def _node_reward(
         self, r: RolloutState, nid: str, node: Any, visit: int, ctx: dict[str, Any], output: NodeResult
     ) -> None:
-        """A visit's own reward (no judge): kept for its sample and bound as `output.reward`."""
-        spec = node.reward
-        scope = {**ctx, "output": output, nid: output}
-        path = ("nodes", nid, "reward", "args")
-        try:
-            value = await self.rewards.score(
-                spec.fn,
-                self.render.value(path, spec.args, scope),
-                judge_model=None,
-                judge=self._no_judge,
-                env=environment_of(r.resources),
-            )
-            scalar = reward_scalar(value, spec.key or "score") if isinstance(value, Mapping) else float(value)
-        except RenderError:
-            raise
-        except Exception as exc:  # user reward code may raise anything: it fails this rollout only
-            raise RolloutFault(
-                f"{self.plan.span('nodes', nid, 'reward')}: reward of '{nid}': {type(exc).__name__}: {exc}"
-            ) from exc
-        r.node_rewards[(nid, visit)] = scalar
-        output["reward"] = scalar
-
-    @staticmethod
-    async def _no_judge(model: str, messages: list[dict[str, Any]], max_tokens: int) -> str:
-        raise AssertionError("node rewards are scored without a judge")
+        """A visit's own reward: kept for its sample (`finish`) and bound as `output.reward`."""
+        live = environment_of(r.resources)
+        value = await node_reward(self.plan, self.render, self.rewards, nid, node.reward, ctx, output, live)
+        r.node_rewards[(nid, visit)] = value
+        output["reward"] = value
 
     async def _reward(self, r: RolloutState) -> float | dict[str, Any] | None:
-        """The reward's value; a composite reward (`terms:`) gives {score, <term>: value, ...}."""
-        spec = self.plan.reward
-        assert spec is not None
         ctx = self._ctx(r, 0)
         ctx["usage"] = usage(r.calls)
         judge = functools.partial(self._judge, r)
-        live = environment_of(r.resources)
-        values = {}
-        for path, fn, args in spec.items():
-            value = await self.rewards.score(
-                fn, self.render.value(path, args, ctx), judge_model=spec.judge, judge=judge, env=live
-            )
-            if spec.terms is None:
-                return value
-            if value is None:
-                raise TypeError(f"term '{path[2]}' ({fn}) returned None (a float or a dict with 'score' is expected)")
-            values[path[2]] = float(value["score"]) if isinstance(value, Mapping) else float(value)
-        assert spec.terms is not None
-        weighted = [spec.terms[name].weight * v for name, v in values.items()]
-        score = max(weighted) if spec.combine == "max" else sum(weighted)
-        return {"score": score, **values}
+        return await rollout_reward(self.plan, self.render, self.rewards, ctx, judge, environment_of(r.resources))
 
     def _finish_samples(self, r: RolloutState, reward: Any) -> tuple[TrainingSample, ...]:
         return finish_samples(r.samples, reward, self.plan.reward, r.status, r.inp.rollout_id, r.node_rewards)
 
 
-def _is_message(x: Any) -> bool:
-    return (
-        isinstance(x, Mapping)
-        and isinstance(x.get("role"), str)
-        and (x.get("content") is None or isinstance(x.get("content"), (str, list)))
-    )
-
-
-def _excerpt(value: Any, n: int = 80) -> str:
-    text = repr(value)
-    return f"{type(value).__name__} {text[:n]}{'...' if len(text) > n else ''}"
-
-
-def _lone_surrogate(value: Any) -> str | None:
-    """The first lone surrogate in the strings of `value` (nested lists/dicts/keys), else None."""
-    t = type(value)
-    if t is str or (t is not dict and t is not list and isinstance(value, str)):
-        if value.isascii():
-            return None
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            return value[exc.start]
-        return None
-    if t is dict or (t is not list and isinstance(value, Mapping)):
-        for k, v in value.items():
-            bad = _lone_surrogate(k) or _lone_surrogate(v)
-            if bad:
-                return bad
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            bad = _lone_surrogate(v)
-            if bad:
-                return bad
-    return None
-
-
-def _copy(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _copy(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_copy(v) for v in value]
-    return value
+def _str_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)

@@ -80,13 +80,20 @@ class CallRecord:
     cost: float = 0.0
     error: str | None = None
     start_s: float | None = None  # when the call started, seconds since the rollout started
+    weight_version: str | None = None  # the server's weight version (SGLang's meta_info), if it said
+    spec_accept_token_num: int | None = None  # speculative decoding counters, if the server ran a draft
+    spec_draft_token_num: int | None = None
+    spec_verify_ct: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+        return {k: v for k in self.__dataclass_fields__ if (v := getattr(self, k)) is not None or k not in _OPTIONAL}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> CallRecord:
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+
+_OPTIONAL = ("weight_version", "spec_accept_token_num", "spec_draft_token_num", "spec_verify_ct")
 
 
 def status_for_finish(finish_reason: str) -> str:
@@ -298,6 +305,23 @@ class SampleBuilder:
         span = Span(node, visit, start, start + len(run), mask, kind)
         self._spans.append(span)
         return span
+
+    def cut_masked_tail(self, max_tokens: int) -> None:
+        """Drop what lies past `max_tokens` tokens (prompt + response): only masked tokens that were
+        not generated (rendered template text, an observation) may go; a LedgerError otherwise."""
+        if self._prompt is None:
+            return
+        keep = max(0, max_tokens - len(self._prompt))
+        if keep >= len(self._response):
+            return
+        spans = []
+        for sp in self._spans:
+            if sp.end > keep and (sp.kind == "generated" or sp.mask):
+                raise LedgerError(f"cannot cut {sp} at {keep}: it holds generated or trained tokens")
+            if sp.start < keep:
+                spans.append(sp if sp.end <= keep else Span(sp.node, sp.visit, sp.start, keep, sp.mask, sp.kind))
+        del self._response[keep:], self._mask[keep:], self._logprobs[keep:]
+        self._spans = spans
 
     def record_call(self, call: CallRecord) -> None:
         if not isinstance(call, CallRecord):

@@ -7,7 +7,9 @@ reward to write, whether the sample is kept out of the loss), or one placeholder
 
 Rules (a target adapter applies them and only writes its framework's fields):
 - status: `aborted` when the rollout was aborted or any engine call came back aborted, else the
-  executor's (completed | truncated | failed); ok = completed or truncated;
+  executor's (completed | truncated | failed); ok = completed or truncated; `aborted_by` says who
+  aborted it: "engine" (a call came back aborted), "caller" (the abort signal) or "graph" (it
+  routed to `abort`: a decision about the row, which a target may treat as final);
 - a rollout that is not ok keeps its samples, each with reward 0 and `remove` set (they still
   count in their group's normalisation); every sample of it carries the rollout's status;
 - training: each sample gets its credit (`reward.credit`: even = reward / n, broadcast = reward,
@@ -60,11 +62,14 @@ class Outcome:
     rollout_reward: Any  # the uncredited reward (None when not ok or the graph has none)
     samples: tuple[SampleOutcome, ...]
     placeholder: SampleOutcome | None  # set when the rollout made no sample (its `sample` is None)
+    aborted_by: str | None = None  # aborted: "engine" | "caller" | "graph" (the graph routed to abort)
 
 
 def settle(plan: Plan, res: Any, *, evaluation: bool = False, scored_elsewhere: bool = False) -> Outcome:
-    aborted = res.status == "aborted" or any(c.finish_reason == "abort" for c in res.calls)
+    engine_abort = any(c.finish_reason == "abort" for c in res.calls)
+    aborted = res.status == "aborted" or engine_abort
     status = "aborted" if aborted else res.status
+    aborted_by = ("engine" if engine_abort else getattr(res, "aborted_by", None) or "engine") if aborted else None
     ok = status in OK_STATUSES
     key = plan.reward.key if plan.reward else None
     credit = plan.reward.credit if plan.reward else "even"
@@ -92,4 +97,4 @@ def settle(plan: Plan, res: Any, *, evaluation: bool = False, scored_elsewhere: 
     if not out:
         reward = None if scored_elsewhere else (rollout_reward if ok and rollout_reward is not None else 0.0)
         placeholder = SampleOutcome(None, status, reward, remove=True)  # type: ignore[arg-type]
-    return Outcome(status, ok, rollout_reward, tuple(out), placeholder)
+    return Outcome(status, ok, rollout_reward, tuple(out), placeholder, aborted_by)

@@ -20,6 +20,12 @@ from .services import Endpoints, RolloutResources, ToolRunner
 from .trained_thread import TrainedThread
 
 
+class AbortSignal(Protocol):
+    """What `Executor.run(abort=...)` reads before each node: an `asyncio.Event`, or any flag view."""
+
+    def is_set(self) -> bool: ...
+
+
 class RolloutFault(Exception):
     """Ends one rollout with `status` (e.g. an input missing from the row)."""
 
@@ -56,6 +62,7 @@ class RolloutState:
     error: str | None = None
     resources: RolloutResources = field(default_factory=RolloutResources)  # closed when the rollout ends
     node_rewards: dict[tuple[str, int], float] = field(default_factory=dict)  # (node, visit) -> its own reward
+    aborted_by: str | None = None  # "engine" | "caller" | "graph" when status is aborted
 
 
 class StepServices(Protocol):
@@ -66,6 +73,7 @@ class StepServices(Protocol):
     tools: ToolRunner
     sampling: dict[str, Any]
     clock: Callable[[], float]
+    max_context_tokens: int | None  # bound on a trained call's prompt + output (None: no bound)
 
     def thread(self, r: RolloutState, name: str) -> TrainedThread: ...
 

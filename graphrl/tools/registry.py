@@ -6,7 +6,8 @@ Output: `ToolResult(text, ok, error, data)`; failures (timeouts, crashes, bad ar
 observations with ok=False, so the rollout goes on and the graph can route on them.
 
 Invariant: nothing here blocks the event loop; observations are cut to `max_chars` (middle cut).
-HTTP tools share one keep-alive session per event loop, owned by the ToolBox; `close()` ends it.
+HTTP tools share one keep-alive session per event loop (`LoopSessions`: closed when its loop shuts
+down), owned by the ToolBox; `close()` ends the running loop's.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 import aiohttp
 
+from ..engines.loop_sessions import LoopSessions
 from ..runtime import environment
 from ..runtime.environment import environment_of, with_env
 from ..runtime.scope import cut
@@ -44,16 +46,10 @@ class ToolBox:
         self._pool: SandboxPool | None = None  # warm sandboxes of the event loop that made them
         self._pool_loop: asyncio.AbstractEventLoop | None = None
         self._fns: dict[str, Callable[..., Any] | ImportProblem] = {}
-        self._http: aiohttp.ClientSession | None = None
-        self._http_loop: asyncio.AbstractEventLoop | None = None
-
-    def _session(self) -> aiohttp.ClientSession:
-        loop = asyncio.get_running_loop()
-        if self._http is None or self._http.closed or self._http_loop is not loop:
-            # keep-alive shorter than common servers' 5 s, so an idle socket the server closed is not reused
-            self._http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=256, keepalive_timeout=4.0))
-            self._http_loop = loop
-        return self._http
+        # keep-alive shorter than common servers' 5 s, so an idle socket the server closed is not reused
+        self._http = LoopSessions(
+            lambda: aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=256, keepalive_timeout=4.0))
+        )
 
     def _warm(self) -> SandboxPool | None:
         if self._sandbox.warm <= 0:
@@ -73,12 +69,7 @@ class ToolBox:
                 await pool.close()
             except RuntimeError:  # made in a loop that is gone
                 pool.abandon()
-        http, self._http, self._http_loop = self._http, None, None
-        if http is not None and not http.closed:
-            try:
-                await http.close()
-            except RuntimeError:  # opened in a loop that is gone
-                pass
+        await self._http.close()
 
     async def _python(self, args: dict[str, Any], timeout: float, resources: RolloutResources | None) -> ToolResult:
         """One-shot by default; `session: true` runs the code in the rollout's own interpreter."""
@@ -135,7 +126,11 @@ class ToolBox:
             return await environment.step(environment_of(resources), args.get("action"))
         if tool == "retrieve":
             return await retrieve(
-                args["url"], str(args["query"]), int(args.get("topk", 3)), timeout=timeout, session=self._session()
+                args["url"],
+                str(args["query"]),
+                int(args.get("topk", 3)),
+                timeout=timeout,
+                session=await self._http.get(),
             )
         fn = self._user(tool)
         if isinstance(fn, ImportProblem):

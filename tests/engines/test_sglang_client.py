@@ -161,6 +161,15 @@ def test_aborted_in_queue_missing_fields_default_to_zero():
     assert gen.finish_reason.type == "abort"
 
 
+def test_weight_version_and_spec_counters_are_kept():
+    body = ok_body()
+    body["meta_info"].update(weight_version="w3", spec_accept_token_num=5, spec_draft_token_num=8, spec_verify_ct=2)
+    meta = parse_generate_response(body).meta
+    assert meta["weight_version"] == "w3"
+    assert (meta["spec_accept_token_num"], meta["spec_draft_token_num"], meta["spec_verify_ct"]) == (5, 8, 2)
+    assert "spec_verify_ct" not in parse_generate_response(ok_body()).meta  # only when the server sent them
+
+
 def test_missing_cached_tokens_with_tokens():
     body = ok_body(meta_extra={"cached_tokens": None})
     del body["meta_info"]["prompt_tokens"]
@@ -422,10 +431,11 @@ def test_one_session_for_many_concurrent_calls_and_new_loop_ok():
         fake = FakeSGLangServerForTests(answer)
         async with fake.running(port):
             gens = await asyncio.gather(*(engine.generate([i], {}) for i in range(300)))
-            session = engine._session
+            session = await engine._client()
             await engine.generate([1], {})
-            assert engine._session is session
-            await engine.close()  # sessions belong to a loop: close before the loop ends
+            assert await engine._client() is session
+            await engine.close()  # closes this loop's session now (else it closes when the loop ends)
+            assert session.closed
         return fake, gens
 
     fake, gens = run(main())

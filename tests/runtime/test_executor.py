@@ -326,6 +326,7 @@ def test_abort_target_aborts_without_reward(kit):
         """
     res = kit.rollout(graph, {"policy": kit.engine(["bad"])}, {"metadata": {"context": "c"}})
     assert res.status == "aborted" and res.reward is None and "abort" in res.error
+    assert res.aborted_by == "graph"  # a decision about the row (a target may treat it as final)
     assert [s.status for s in res.samples] == ["aborted"] and res.samples[0].reward is None
     ok = kit.rollout(graph, {"policy": kit.engine(["x"])}, {"metadata": {"context": "c"}})
     assert ok.status == "completed" and ok.reward == 1.0
@@ -377,6 +378,7 @@ def test_engine_abort_ends_the_rollout_and_nothing_runs_after_it(kit):
     eng = kit.engine([kit.reply("partial", finish="abort"), "never", "never"])
     res = kit.rollout(TOOLCHAIN.replace("{tool}", ref), {"policy": eng}, {})
     assert res.status == "aborted" and res.reward is None and "engine aborted" in res.error
+    assert res.aborted_by == "engine"
     assert len(eng.requests) == 1
     assert res.path == (("a", 1),)
     assert [c.node for c in res.calls] == ["a"]
@@ -408,6 +410,7 @@ def test_caller_abort_event_stops_before_the_next_call(kit):
 
     res = asyncio.run(main())
     assert res.status == "aborted" and len(eng.requests) == 1 and res.reward is None
+    assert res.aborted_by == "caller"
     assert [n for n, _ in res.path] == ["a"]
 
 

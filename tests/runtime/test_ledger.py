@@ -226,3 +226,17 @@ def _siblings(rewards):
         b.append([3], **gen([3], node="worker", visit=i))
         out.append(b.freeze(reward=r))
     return out
+
+
+def test_cut_masked_tail_drops_only_masked_untrained_text():
+    b = SampleBuilder([1, 2, 3], rollout_id=0)
+    b.append([10, 11], mask=1, logprobs=[-0.1, -0.2], node="a", visit=1, kind="generated")
+    b.append([20, 21, 22, 23], mask=0, node="t", visit=1, kind="observation")
+    b.cut_masked_tail(7)  # 3 prompt + 2 generated + 2 of the observation
+    s = b.freeze()
+    assert s.tokens == (1, 2, 3, 10, 11, 20, 21) and s.loss_mask == (1, 1, 0, 0)
+    assert [(sp.node, sp.start, sp.end) for sp in s.spans] == [("a", 0, 2), ("t", 2, 4)]
+    b.cut_masked_tail(100)  # nothing past the bound: unchanged
+    assert b.freeze().tokens == s.tokens
+    with pytest.raises(LedgerError, match="generated or trained"):
+        b.cut_masked_tail(4)  # would cut into the generated span

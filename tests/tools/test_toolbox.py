@@ -198,7 +198,7 @@ def test_toolbox_retrieval_reuses_one_connection_and_close_ends_it():
             for q in ("a", "b", "c"):
                 res = await box.call("retrieve", {"url": url, "query": q, "topk": 1}, timeout=5, max_chars=None)
                 assert res.ok, res.text
-            session = box._session()
+            session = await box._http.get()
             await box.close()
             assert session.closed
             # after close, the next call opens a new session (and a new connection)

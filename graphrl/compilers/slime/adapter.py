@@ -12,7 +12,8 @@ Invariants:
   with the graph, and models without an endpoint, raise `SlimeConfigError` before any call;
 - tokens are the ledger's (fill.py); statuses follow the engine (stop/length/abort ->
   COMPLETED/TRUNCATED/ABORTED), an abort anywhere makes the rollout ABORTED, and after it no new
-  engine or tool call starts (the executor stops at once);
+  engine or tool call starts (the executor stops at once); slime's own abort flag
+  (`GenerateState.aborted`) is read before every node, so a rollout stops at the next node boundary;
 - a rollout that failed or was aborted ends as well-formed samples with `remove_sample=True` and a
   zero reward (they still count in their group's normalisation); a rollout without any training
   sample gives one masked placeholder sample;
@@ -25,8 +26,10 @@ Invariants:
 from __future__ import annotations
 
 import copy
+import importlib
 import json
 import os
+import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -46,7 +49,8 @@ from ...tools.registry import ToolBox
 from ...tools.sandbox_host import SandboxPolicy
 from . import fill
 from ._tokenizer import load_tokenizer
-from .config import SlimeConfig, SlimeConfigError, from_args
+from .config import SlimeConfig, SlimeConfigError, from_args, module_name
+from .metrics import eval_node_metrics, node_metrics
 from .rewards import post_process
 
 # sampling params slime sends that apply to every graph call (the graph owns stops and lengths)
@@ -66,6 +70,22 @@ EngineFactory = Callable[[str, str, SlimeConfig], Any]  # (model name, url, conf
 
 def _sglang_engine(name: str, url: str, cfg: SlimeConfig) -> Any:
     return SGLangEngine(url, timeout_s=cfg.timeout_s)
+
+
+class SlimeAbortFlag:
+    """slime's abort flag (`GenerateState.aborted`, set by slime's `abort()` when a step has enough
+    samples), read without importing slime: from the module slime's rollout process already loaded
+    and the one instance its SingletonMeta keeps. Read before each node, so a rollout stops at the
+    next node boundary (e.g. after a slow tool) instead of starting a new engine call. Outside
+    slime (no such module or instance) it is never set."""
+
+    MODULE = "slime.rollout.sglang_rollout"
+
+    def is_set(self) -> bool:
+        cls = getattr(sys.modules.get(self.MODULE), "GenerateState", None)
+        instances = getattr(cls, "_instances", None)
+        state = instances.get(cls) if isinstance(instances, dict) else None
+        return bool(getattr(state, "aborted", False))
 
 
 class _Wired:
@@ -95,6 +115,7 @@ class SlimeTarget:
         self._tokenizer_loader = tokenizer_loader
         self._plan: Plan | None = None
         self._wired: _Wired | None = None
+        self._abort = SlimeAbortFlag()
 
     # ------------------------------------------------------------------ boundary
     def plan(self, args: Any = None) -> Plan:
@@ -117,8 +138,8 @@ class SlimeTarget:
         self._wired = _Wired(cfg, endpoints_for_plan(plan, engines, renderer, renderers=renderers))
         return self._wired
 
-    def _executor(self, wired: _Wired, sampling: dict[str, Any]) -> Executor:
-        key = json.dumps(sampling, sort_keys=True, default=str)
+    def _executor(self, wired: _Wired, sampling: dict[str, Any], context: int | None = None) -> Executor:
+        key = json.dumps([sampling, context], sort_keys=True, default=str)
         ex = wired.executors.get(key)
         if ex is None:
             plan = self.plan()
@@ -129,6 +150,7 @@ class SlimeTarget:
                 tools=ToolBox(search, sandbox=self._sandbox),
                 rewards=RewardBox(search),
                 sampling=sampling,
+                max_context_tokens=context,
             )
         return ex
 
@@ -144,7 +166,9 @@ class SlimeTarget:
         wired = self._wire(args)
         plan = self.plan(args)
         sampling = {k: copy.deepcopy(sampling_params[k]) for k in _SHARED_SAMPLING if k in sampling_params}
-        executor = self._executor(wired, sampling)
+        _refuse_multimodal(sample)
+        context = wired.cfg.eval_max_context_len if evaluation else wired.cfg.max_context_len
+        executor = self._executor(wired, sampling, context)
         if fill.needs_reset(sample):
             fill.reset_to_prompt(sample)  # --partial-rollout: graphs restart from the prompt
         index = getattr(sample, "index", None)
@@ -163,7 +187,8 @@ class SlimeTarget:
                 group=getattr(sample, "group_index", None) or 0,
                 seed=sampling_params.get("sampling_seed"),
                 session_id=session,
-            )
+            ),
+            abort=self._abort,
         )
         return self._to_slime(args, sample, pristine, res, wired, evaluation)
 
@@ -173,10 +198,11 @@ class SlimeTarget:
         """Write the settled outcome (graphrl.runtime.outcome) into slime's Sample fields."""
         plan = self.plan()
         has_reward = plan.reward is not None
-        # an eval dataset with its own --custom-rm-path (slime sets sample.custom_rm_path): slime scores it
-        slime_scores = not has_reward or (evaluation and bool(getattr(sample, "custom_rm_path", None)))
+        eval_rm = self._eval_scorer(sample) if evaluation and has_reward else None
+        slime_scores = not has_reward or eval_rm is not None
         outcome = settle(plan, res, evaluation=evaluation, scored_elsewhere=slime_scores)
-        raw = _as_float(self._reward_value(args, outcome.rollout_reward), args) if has_reward else None
+        key = _reward_key(args, evaluation)
+        raw = _as_float(self._reward_value(args, outcome.rollout_reward, evaluation), key) if has_reward else None
         renderer = wired.endpoints.renderer(POLICY)
         base = {
             "graph": plan.name,
@@ -186,7 +212,11 @@ class SlimeTarget:
             "error": res.error,
             "credit": plan.reward.credit if plan.reward else None,
             "discount": plan.reward.discount if plan.reward else None,
+            "evaluation": evaluation,
+            "aborted_by": outcome.aborted_by,
         }
+        if eval_rm is not None:
+            base["eval_scorer"] = eval_rm  # who scores this eval sample instead of the graph's reward
         if has_reward:  # the uncredited reward post_process_rewards normalises (None: failed, counts as 0)
             base["rollout_reward"] = outcome.rollout_reward
             base["reward_detail"] = _jsonable(res.reward)  # e.g. the whole dict a reward returned
@@ -201,45 +231,67 @@ class SlimeTarget:
                 f"graph '{plan.name}' was compiled as one sample per rollout but yielded "
                 f"{len(outcome.samples)}: recompile it with this graphrl"
             )
+        # slime's ABORTED means "aborted by slime: generate it again" (fully_async_rollout requeues it,
+        # --partial-rollout resumes it); a graph that routed to `abort` decided about its row, so that
+        # rollout ends FAILED (terminal: kept out of the loss, never regenerated)
+        final = outcome.aborted_by == "graph"
+
+        def slime_status(status: str) -> str:
+            return "failed" if final and status == "aborted" else status
+
         out = []
+        fanout = pristine is not None
         for i, so in enumerate(outcome.samples):
             s = so.sample
             target = sample if i == 0 else copy.deepcopy(pristine)
             fill.write_tokens(target, s, args)
+            written = self._reward_value(args, so.reward, evaluation)
             info = dict(
                 base,
                 sample_index=s.index,
+                written_reward=None if written is None else _as_float(written, key),
                 spans=[sp.to_json() for sp in s.spans],
                 calls=[c.to_json() for c in s.calls],
                 **(rollout_info if i == 0 else {}),
             )
+            if "own_reward" in s.metadata:  # a node reward: normalised per role, not a credit share
+                info.update(own_reward=s.metadata["own_reward"], role=s.metadata["role"])
             out.append(
                 fill.finish(
                     target,
-                    status=so.status,
-                    reward=self._reward_value(args, so.reward),
+                    status=slime_status(so.status),
+                    reward=written,
                     remove=so.remove,
                     rollout_id=getattr(sample, "index", None),
                     response=renderer.decode(s.response_ids),
                     info=info,
-                    raw_reward=raw,
+                    raw_reward=raw if fanout else None,
                     rounds=len(s.calls),
                 )
             )
         if outcome.placeholder is not None:
             pad = min(renderer.stop_token_ids) if renderer.stop_token_ids else 0
             fill.write_placeholder(sample, pad)
-            info = dict(base, sample_index=0, spans=[], calls=[], placeholder=True, **rollout_info)
+            written = self._reward_value(args, outcome.placeholder.reward, evaluation)
+            info = dict(
+                base,
+                sample_index=0,
+                written_reward=None if written is None else _as_float(written, key),
+                spans=[],
+                calls=[],
+                placeholder=True,
+                **rollout_info,
+            )
             out.append(
                 fill.finish(
                     sample,
-                    status=outcome.placeholder.status,
-                    reward=self._reward_value(args, outcome.placeholder.reward),
+                    status=slime_status(outcome.placeholder.status),
+                    reward=written,
                     remove=True,
                     rollout_id=getattr(sample, "index", None),
                     response="",
                     info=info,
-                    raw_reward=raw,
+                    raw_reward=raw if fanout else None,
                     rounds=0,
                 )
             )
@@ -248,11 +300,26 @@ class SlimeTarget:
             return out
         return out[0] if len(out) == 1 else out
 
-    def _reward_value(self, args: Any, credit: Any) -> Any:
-        """A credit as slime reads it: a float, or {reward_key: value} when slime has --reward-key."""
+    def _eval_scorer(self, sample: Any) -> str | None:
+        """Who scores an eval sample, when not the graph: slime's eval datasets copy their
+        `custom_rm_path` (else --eval-custom-rm-path, else --custom-rm-path) onto each sample and
+        put their `rm_type` into its metadata. An `rm_type` means slime's rule-based reward for that
+        dataset; a `custom_rm_path` other than this module's reward_func means that function.
+        None: the graph's reward, whole (eval means are per rollout)."""
+        rm_type = (getattr(sample, "metadata", None) or {}).get("rm_type")
+        if rm_type:
+            return f"rm_type:{rm_type}"
+        path = getattr(sample, "custom_rm_path", None)
+        if path and path != f"{module_name(self.plan())}.reward_func":
+            return str(path)
+        return None
+
+    def _reward_value(self, args: Any, credit: Any, evaluation: bool = False) -> Any:
+        """A credit as slime reads it: a float, or {key: value} when slime has --reward-key (in eval,
+        --eval-reward-key first: slime's eval indexes each reward with it)."""
         if credit is None:
             return None
-        key = getattr(args, "reward_key", None)
+        key = _reward_key(args, evaluation)
         if isinstance(credit, dict):
             if key is None:
                 raise SlimeConfigError(
@@ -262,8 +329,8 @@ class SlimeTarget:
             return dict(credit)
         return {key: float(credit)} if key else float(credit)
 
-    def _zero(self, args: Any) -> Any:
-        key = getattr(args, "reward_key", None)
+    def _zero(self, args: Any, evaluation: bool = False) -> Any:
+        key = _reward_key(args, evaluation)
         return {key: 0.0} if key else 0.0
 
     # ------------------------------------------------------------------ rewards
@@ -279,12 +346,32 @@ class SlimeTarget:
                 "this sample was not produced by a graphrl generate function: graphrl's reward_func "
                 "only returns the reward its generate computed"
             )
+        scorer = str(info.get("eval_scorer") or "")
+        if scorer.startswith("rm_type:"):  # an eval dataset's rm_type: slime's rule-based reward scores it
+            return await _slime_rule_reward(args, sample, scorer.removeprefix("rm_type:"))
+        evaluation = bool(info.get("evaluation"))
         if info.get("status") not in ("completed", "truncated") or info.get("rollout_reward") is None:
-            return self._zero(args)
+            return self._zero(args, evaluation)
+        if evaluation:  # eval: the rollout's whole reward, never a training credit
+            return self._reward_value(args, float(info["rollout_reward"]), evaluation)
+        if info.get("own_reward") is not None:  # a node reward: the sample's own
+            return self._reward_value(args, float(info["own_reward"]))
         n = max(1, int(info.get("num_samples") or 1))
         weights = credit_weights(info.get("credit") or "even", n, float(info.get("discount") or 1.0))
         share = weights[min(max(int(info.get("sample_index") or 0), 0), n - 1)]
         return self._reward_value(args, float(info["rollout_reward"]) * share)
+
+    # ------------------------------------------------------------------ logs
+    def log_rollout(self, rollout_id: Any, args: Any, samples: list[Any], extra: Any, rollout_time: Any) -> bool:
+        """slime's --custom-rollout-log-function-path: per-node metrics (metrics.py) join slime's own
+        rollout metrics; False, so slime still logs everything else."""
+        _log(args, rollout_id, node_metrics(list(samples)), extra, "rollout/step")
+        return False
+
+    def log_eval_rollout(self, rollout_id: Any, args: Any, data: Any, extra: Any) -> bool:
+        """slime's --custom-eval-rollout-log-function-path: per-node metrics per eval dataset."""
+        _log(args, rollout_id, eval_node_metrics(dict(data or {})), extra, "eval/step")
+        return False
 
     def post_process_rewards(self, args: Any, samples: list[Any]) -> tuple[list[float], list[float]]:
         """Per prompt group: one reward per rollout (not per sample), group-normalised like GRPO, then
@@ -292,11 +379,66 @@ class SlimeTarget:
         return post_process(args, samples, self.plan(args))
 
 
-def _as_float(value: Any, args: Any) -> float:
+def _log(args: Any, rollout_id: Any, metrics: dict[str, float], extra: Any, step_key: str) -> None:
+    """Into slime's own log dict when it passes one (the extra metrics it logs next); otherwise through
+    slime's logging (wandb / tensorboard) at the same step. Imported only then, inside slime."""
+    if not metrics:
+        return
+    if isinstance(extra, dict):
+        extra.update(metrics)
+        return
+    try:
+        logging_utils = importlib.import_module("slime.observability.logging_utils")
+        metric_utils = importlib.import_module("slime.observability.metric_utils")
+    except ImportError:
+        return
+    logging_utils.log(
+        args, {**metrics, step_key: metric_utils.compute_rollout_step(args, rollout_id)}, step_key=step_key
+    )
+
+
+def _refuse_multimodal(sample: Any) -> None:
+    """Images/videos/audio on a sample (slime's multimodal_inputs): a graph renders text prompts from the
+    row, so they would be dropped without a word; refused instead (an eval dataset's multimodal_keys
+    can bring them in even when the training flags did not)."""
+    media = getattr(sample, "multimodal_inputs", None) or {}
+    kinds = sorted(k for k, v in media.items() if v is not None) if isinstance(media, dict) else []
+    if kinds:
+        raise SlimeConfigError(
+            f"sample {getattr(sample, 'index', None)} carries multimodal inputs ({', '.join(kinds)}): graphrl "
+            "graphs render text prompts only and would drop them. Remove --multimodal-keys (and an eval "
+            "dataset's multimodal_keys)"
+        )
+
+
+async def _slime_rule_reward(args: Any, sample: Any, rm_type: str) -> Any:
+    """slime's own rule-based reward (rm_hub.async_rm) for an eval dataset's rm_type. slime routes the
+    sample here because this module is its custom_rm_path; the call goes back to slime with no
+    custom path, so slime's rm_type branch scores it. Imported only then (inside slime's process)."""
+    try:
+        rm_hub = importlib.import_module("slime.rollout.rm_hub")
+    except ImportError as exc:
+        raise SlimeConfigError(
+            f"an eval dataset asks for rm_type '{rm_type}' (slime's rule-based reward), but slime's "
+            f"rm_hub cannot be imported here: {exc}"
+        ) from None
+    plain_args = copy.copy(args)
+    plain_args.custom_rm_path = None
+    plain = copy.copy(sample)
+    plain.custom_rm_path = None
+    return await rm_hub.async_rm(plain_args, plain)
+
+
+def _reward_key(args: Any, evaluation: bool) -> str | None:
+    """The key slime reads a reward with: --reward-key, or in eval --eval-reward-key first."""
+    key = getattr(args, "eval_reward_key", None) if evaluation else None
+    return key or getattr(args, "reward_key", None)
+
+
+def _as_float(value: Any, key: str | None) -> float:
     if value is None:
         return 0.0
     if isinstance(value, dict):
-        key = getattr(args, "reward_key", None)
         return float(value.get(key, 0.0)) if key else 0.0
     return float(value)
 

@@ -10,9 +10,10 @@ Invariants:
   fallback to the policy's router (slime itself falls back silently);
 - slime flags that cannot work with this graph are refused here with the fix, before any rollout:
   for fan-out graphs --partial-rollout, --group-rm, --dynamic-sampling-filter-path, --log-passrate,
-  a missing --custom-reward-post-process-path or --use-dynamic-batch-size; for every graph
+  slime's fully_async_rollout, a missing --custom-reward-post-process-path or --use-dynamic-batch-size; for every graph
   --apply-chat-template (the graph renders its own prompts), top-p replay (--rollout-top-p != 1) and
-  MoE routing replay (graphrl does not forward the per-token data they need);
+  MoE routing replay (graphrl does not forward the per-token data they need); on-policy distillation
+  with a teacher server (--use-opd --opd-type sglang) for a graph with a reward or a fan-out graph;
 - a flag the namespace does not carry at all is not checked, and without a router / hf_checkpoint
   in `args` the graph's own policy `url:` / `tokenizer:` are used (a hand-made `args` outside
   slime, e.g. slime's plugin contract tests); inside slime, args always win.
@@ -41,12 +42,13 @@ class SlimeConfig:
     urls: Mapping[str, str]  # model name -> base URL of its SGLang router / server
     tokenizers: Mapping[str, str]  # frozen model -> its own tokenizer (graph `tokenizer:`)
     max_response_len: int | None
-    max_context_len: int | None
+    max_context_len: int | None  # --rollout-max-context-len: bounds every trained call's prompt + output
     partial_rollout: bool
     reward_key: str | None
     timeout_s: float
     fanout: bool
     source_dir: str | None = None  # the graph's directory (slime_args.yaml): user tools and rewards
+    eval_max_context_len: int | None = None  # --eval-max-context-len (slime defaults it to the rollout's)
 
 
 def module_name(plan: Plan) -> str:
@@ -91,6 +93,13 @@ def flag_problems(args: Any, plan: Plan) -> list[str]:
             out.append(why + "--dynamic-sampling-filter-path counts samples, not rollouts: remove it")
         if _set(args, "log_passrate"):
             out.append(why + "--log-passrate reshapes rewards by --n-samples-per-prompt and fails: remove it")
+        rollout_fn = _flag(args, "rollout_function_path")
+        if isinstance(rollout_fn, str) and "fully_async" in rollout_fn:
+            out.append(
+                why + f"fully_async_rollout ({rollout_fn}) orders finished groups by int(sample.index) "
+                "and fails on a group of sample lists (int() of a list's index method): use slime's "
+                "default --rollout-function-path (train_async.py works with it too)"
+            )
         if _flag(args, "custom_reward_post_process_path") is None:
             out.append(
                 why + "default GRPO normalisation merges uneven prompt groups into one: add "
@@ -122,6 +131,29 @@ def flag_problems(args: Any, plan: Plan) -> list[str]:
             "engine client does not forward: use --rollout-top-p 1 (set top_p per node in the graph "
             "only for untrained nodes)"
         )
+    if _set(args, "use_opd") and _flag(args, "opd_type") == "sglang":
+        opd = (
+            "--use-opd --opd-type sglang takes the teacher's log-probs from slime's on-policy-distillation "
+            "reward function (--custom-rm-path slime.rollout.on_policy_distillation.reward_func asks the "
+            "teacher server; its post-process reads them back from each sample's reward), "
+        )
+        if plan.reward is not None:
+            out.append(
+                opd + f"but graph '{plan.name}' computes its own reward in generate, so slime never calls that "
+                "reward function and its post-process fails on a float: use --opd-type megatron "
+                "(--opd-teacher-load: teacher log-probs computed in training, the graph's reward kept), "
+                "or remove reward: from the graph"
+            )
+        elif plan.training.fanout:
+            out.append(
+                opd + f"and fan-out graph '{plan.name}' needs graphrl's post_process_rewards instead of "
+                "slime's: use --opd-type megatron"
+            )
+    if _set(args, "multimodal_keys"):
+        out.append(
+            "--multimodal-keys gives samples images/videos, but a graph renders text prompts from the row "
+            "and would drop them: remove --multimodal-keys"
+        )
     if _set(args, "use_rollout_routing_replay"):
         out.append(
             "--use-rollout-routing-replay needs per-token routed experts that graphrl does not forward: remove it"
@@ -134,6 +166,10 @@ def flag_problems(args: Any, plan: Plan) -> list[str]:
             "generate credits the graph's key; drop --reward-key or make them equal"
         )
     return out
+
+
+def _positive(value: Any) -> int | None:
+    return int(value) if value not in (None, False) and int(value) > 0 else None
 
 
 def from_args(args: Any, plan: Plan) -> SlimeConfig:
@@ -181,7 +217,8 @@ def from_args(args: Any, plan: Plan) -> SlimeConfig:
         urls=urls,
         tokenizers=tokenizers,
         max_response_len=get("rollout_max_response_len"),
-        max_context_len=get("rollout_max_context_len"),
+        max_context_len=_positive(get("rollout_max_context_len")),
+        eval_max_context_len=_positive(get("eval_max_context_len", get("rollout_max_context_len"))),
         partial_rollout=bool(get("partial_rollout", False)),
         reward_key=get("reward_key"),
         timeout_s=float(get("graphrl_request_timeout_s", 900.0) or 900.0),

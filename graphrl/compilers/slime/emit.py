@@ -5,7 +5,8 @@ are absolute where slime's Ray job needs them, given as shell variables where th
 
   DIR/plan.json             the frozen plan
   DIR/graphrl_<name>.py     generate(args, sample, sampling_params, evaluation=False), reward_func,
-                            post_process_rewards — what slime's dotted paths name
+                            post_process_rewards, log_rollout, log_eval_rollout — what slime's
+                            dotted paths name
   DIR/slime_args.yaml       for --custom-config-path: graphrl_plan_path and graphrl's settings
   DIR/sglang_config.yaml    only when a frozen model declares serve: (slime serves it; the policy first)
   DIR/launch.sh             the complete slime command (docs/architecture.md, slime contract §5), variables marked
@@ -144,6 +145,12 @@ def slime_flags(plan: Plan, out_dir: str | Path) -> list[str]:
     ]
     if plan.training.fanout or (plan.reward is not None and plan.reward.group is not None):
         flags += ["--custom-reward-post-process-path", f"{mod}.post_process_rewards"]
+    flags += [  # per-node metrics next to slime's own (metrics.py)
+        "--custom-rollout-log-function-path",
+        f"{mod}.log_rollout",
+        "--custom-eval-rollout-log-function-path",
+        f"{mod}.log_eval_rollout",
+    ]
     if needs_sglang_config(plan):
         flags += ["--sglang-config", str(out / "sglang_config.yaml"), "--rollout-num-gpus", str(rollout_gpus(plan))]
     return flags + list(settings_of(plan).extra_args)
@@ -217,6 +224,14 @@ async def reward_func(args, sample, **kwargs):
 
 def post_process_rewards(args, samples):
     return _target.post_process_rewards(args, samples)
+
+
+def log_rollout(rollout_id, args, samples, rollout_extra_metrics, rollout_time):
+    return _target.log_rollout(rollout_id, args, samples, rollout_extra_metrics, rollout_time)
+
+
+def log_eval_rollout(rollout_id, args, data, extra_metrics):
+    return _target.log_eval_rollout(rollout_id, args, data, extra_metrics)
 '''
 
 

@@ -9,9 +9,10 @@ Two equivalent paths (tests pin that they agree field by field):
 - the object has `append_response_tokens` (slime's own way to extend a sample; it keeps top-p
   replay offsets, prefix-cache statistics and weight versions consistent): one call per span —
   trainable spans with the engine's log-probs, masked spans without (slime writes 0.0) — then one
-  token-less call per engine call with its finish reason and cache counters, as slime's own
-  multi-turn generate does;
-- otherwise the fields are assigned directly.
+  token-less call per engine call with its finish reason, cache counters, weight version and
+  speculative-decoding counters (the /generate meta_info), as slime's own multi-turn generate does;
+- otherwise the fields are assigned directly (weight versions appended, spec counters added to
+  `spec_info` under --sglang-speculative-algorithm, as slime does).
 Invariants: len(loss_mask) == response_length == len(rollout_log_probs); prompt and response
 have >= 1 token each; nothing is decoded and re-encoded (`response` is a decoding for logs only).
 """
@@ -21,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ...runtime.ledger import TrainingSample
+from ...runtime.ledger import CallRecord, TrainingSample
 
 STATUS = {
     "completed": "COMPLETED",
@@ -53,6 +54,8 @@ def _clear_response(sample: Any) -> None:
     for name in ("rollout_top_p_token_ids", "rollout_top_p_token_offsets", "rollout_routed_experts"):
         if hasattr(sample, name):
             setattr(sample, name, None)
+    if hasattr(sample, "weight_versions"):
+        sample.weight_versions = []  # one per engine call of the response, refilled with it
 
 
 def needs_reset(sample: Any) -> bool:
@@ -83,6 +86,7 @@ def write_tokens(target: Any, s: TrainingSample, args: Any) -> None:
         target.response_length = len(resp)
         target.loss_mask = list(s.loss_mask)
         target.rollout_log_probs = lps
+        _call_stats(target, s, args)
         return
     target.tokens = prompt
     for sp in s.spans:
@@ -96,16 +100,38 @@ def write_tokens(target: Any, s: TrainingSample, args: Any) -> None:
         )
     for c in s.calls:
         if c.finish_reason in _FINISH:
-            append(
-                args,
-                tokens=[],
-                meta_info={
-                    "finish_reason": {"type": c.finish_reason},
-                    "prompt_tokens": c.prompt_tokens,
-                    "cached_tokens": c.cached_tokens,
-                    "completion_tokens": c.completion_tokens,
-                },
-            )
+            append(args, tokens=[], meta_info=_meta_info(c))
+
+
+def _meta_info(c: CallRecord) -> dict[str, Any]:
+    """An engine call as the terminal meta_info slime's own generate passes to append_response_tokens:
+    finish reason, cache counters, the weight version and speculative-decoding counters it reported."""
+    meta: dict[str, Any] = {
+        "finish_reason": {"type": c.finish_reason},
+        "prompt_tokens": c.prompt_tokens,
+        "cached_tokens": c.cached_tokens,
+        "completion_tokens": c.completion_tokens,
+    }
+    if c.weight_version is not None:
+        meta["weight_version"] = c.weight_version
+    for key in ("spec_accept_token_num", "spec_draft_token_num", "spec_verify_ct"):
+        if getattr(c, key) is not None:
+            meta[key] = getattr(c, key)
+    return meta
+
+
+def _call_stats(target: Any, s: TrainingSample, args: Any) -> None:
+    """The direct path's version of what append_response_tokens does with each call's meta_info:
+    weight versions, and spec-decoding counters when slime runs speculative decoding."""
+    spec = getattr(target, "spec_info", None) if getattr(args, "sglang_speculative_algorithm", None) else None
+    for c in s.calls:
+        if c.finish_reason not in _FINISH:
+            continue
+        meta = _meta_info(c)
+        if "weight_version" in meta and isinstance(getattr(target, "weight_versions", None), list):
+            target.weight_versions.append(meta["weight_version"])
+        if spec is not None and callable(getattr(spec, "add", None)):
+            spec.add(meta)
 
 
 def write_placeholder(target: Any, pad: int) -> None:
@@ -139,7 +165,10 @@ def finish(
     meta["graphrl"] = info
     meta["round_number"] = rounds  # slime's multi-turn metric: engine calls in this sample
     if raw_reward is not None:
-        meta["raw_reward"] = raw_reward  # what slime logs as raw_reward (the rollout's, not a credit)
+        # fan-out: what slime logs as raw_reward (the rollout's, not a credit); post_process_rewards
+        # rewrites it after slime's sample hooks. One sample per rollout: sample.reward is the rollout's
+        # reward, so the key is left out and slime logs sample.reward, whatever a hook made of it.
+        meta["raw_reward"] = raw_reward
     else:
         meta.pop("raw_reward", None)
     target.metadata = meta

@@ -11,7 +11,11 @@ Why: with fan-out a prompt group holds a different number of samples per rollout
 a rollout by how many samples it made. Here each rollout counts once:
   1. rollouts are keyed by (group_index, rollout_id); the rollout's reward is the uncredited
      reward generate stored in metadata["graphrl"] (0 for failed/aborted rollouts, which still
-     count), else the mean of its samples' rewards (a graph without reward: slime's RM scored them);
+     count) while every sample's reward is still what generate wrote; when something after
+     generate changed one (a sample hook, a group RM: slime runs them before this), the reward is
+     read back from the samples: sum(reward) / sum(credit weights), which inverts the credit
+     (even: the sum, broadcast: the mean); a graph without reward (slime's RM scored the samples):
+     the mean of its samples' rewards;
   2. a graph with `reward.group` replaces the rollout rewards of each prompt group by what the
      group reward gives (graphrl.rewards.group_run, the hook `graphrl run` uses: `preference` or a
      module:function), from each rollout's reward, usage and final state stored by generate and
@@ -19,7 +23,13 @@ a rollout by how many samples it made. Here each rollout counts once:
   3. within a prompt group: minus the group mean, divided by (std + 1e-6) when the estimator and
      grpo_std_normalization ask for it (unbiased std, as slime's torch.std; a group of one -> 0);
      estimators slime does not normalise get the reward as is;
-  4. credit to the rollout's samples: `even` -> value / number of samples, `broadcast` -> value.
+  4. credit to the rollout's samples: `even` -> value / number of samples, `broadcast` -> value;
+  5. samples with their own node reward (metadata["graphrl"]["own_reward"], "role") take no share:
+     within the prompt group, each role's samples are normalised among themselves (3.) from their
+     own rewards (role-aware normalisation: a solver is compared with solvers, a selector with
+     selectors), and raw is their own reward.
+raw (each sample's rollout reward) is also written to each sample's metadata["raw_reward"], the key
+slime prefers over the returned raw list when it logs, so the log follows the hooks too.
 """
 
 from __future__ import annotations
@@ -85,12 +95,26 @@ def rollouts_by_group(args: Any, samples: list[Any]) -> dict[Any, list[Rollout]]
         ro.indices.append(i)
     for rollouts in groups.values():
         for ro in rollouts.values():
-            if "rollout_reward" in ro.info:  # None for failed/aborted rollouts: 0, still counted
-                ro.reward = _value(ro.info["rollout_reward"], key)
-            else:
-                values = [_value(samples[i].reward, key) for i in ro.indices]
+            values = [_value(samples[i].reward, key) for i in ro.indices]
+            if "rollout_reward" not in ro.info:  # slime's reward model scored the samples
                 ro.reward = sum(values) / len(values)
+            elif _as_written(samples, ro.indices, values):  # None for failed/aborted rollouts: 0, still counted
+                ro.reward = _value(ro.info["rollout_reward"], key)
+            else:  # a hook or group RM changed a sample's reward after generate: read it back
+                weights = credit_weights(
+                    ro.info.get("credit") or "even", len(ro.indices), float(ro.info.get("discount") or 1.0)
+                )
+                ro.reward = sum(values) / sum(weights)
     return {gid: list(r.values()) for gid, r in groups.items()}
+
+
+def _as_written(samples: list[Any], indices: list[int], values: list[float]) -> bool:
+    """Every sample's reward is still the one generate wrote (metadata["graphrl"]["written_reward"])."""
+    for i, v in zip(indices, values):
+        info = (getattr(samples[i], "metadata", None) or {}).get("graphrl") or {}
+        if "written_reward" in info and info["written_reward"] != v:
+            return False
+    return True
 
 
 def _normalise(values: list[float], args: Any) -> list[float]:
@@ -150,6 +174,18 @@ def group_rewards(
     return out
 
 
+def _own_rewards(samples: list[Any]) -> dict[int, tuple[str, float]]:
+    """index -> (role, own reward) for the samples a node reward scored (metadata["graphrl"]); a
+    failed or aborted rollout's samples count 0, as its rollout reward does."""
+    out = {}
+    for i, s in enumerate(samples):
+        info = (getattr(s, "metadata", None) or {}).get("graphrl") or {}
+        if info.get("own_reward") is not None:
+            ok = info.get("status", "completed") in ("completed", "truncated")
+            out[i] = (str(info.get("role")), float(info["own_reward"]) if ok else 0.0)
+    return out
+
+
 def post_process(args: Any, samples: list[Any], plan: Plan) -> tuple[list[float], list[float]]:
     groups = rollouts_by_group(args, samples)
     credit = plan.reward.credit if plan.reward else "even"
@@ -159,9 +195,25 @@ def post_process(args: Any, samples: list[Any], plan: Plan) -> tuple[list[float]
         values = group_rewards(plan, args, groups, samples)
     raw = [0.0] * len(samples)
     out = [0.0] * len(samples)
+    own = _own_rewards(samples)
     for gid, rollouts in groups.items():
         for ro, a in zip(rollouts, _normalise(values[gid], args)):
-            for i, w in zip(ro.indices, credit_weights(credit, len(ro.indices), discount)):
+            shared = [i for i in ro.indices if i not in own]
+            for i, w in zip(shared, credit_weights(credit, len(shared), discount) if shared else ()):
                 raw[i] = ro.reward
                 out[i] = a * w
+        # samples with their own node reward: normalised within the prompt group per role (node)
+        roles: dict[str, list[int]] = {}
+        for ro in rollouts:
+            for i in ro.indices:
+                if i in own:
+                    roles.setdefault(own[i][0], []).append(i)
+        for indices in roles.values():
+            for i, a in zip(indices, _normalise([own[i][1] for i in indices], args)):
+                raw[i] = own[i][1]
+                out[i] = a
+    for s, r in zip(samples, raw):
+        meta = getattr(s, "metadata", None)
+        if isinstance(meta, dict) and isinstance(meta.get("graphrl"), dict):
+            meta["raw_reward"] = r  # slime logs metadata["raw_reward"] over the returned raw list
     return raw, out

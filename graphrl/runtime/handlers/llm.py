@@ -59,6 +59,28 @@ def _bounded(ex: StepServices, nid: str, messages: list[dict[str, Any]], bound: 
     return messages
 
 
+def _context_bound(
+    ex: StepServices, nid: str, node: Any, model: str, ids: tuple[int, ...], params: dict[str, Any], thread: Any
+) -> None:
+    """A bounded context (slime's --rollout-max-context-len): a call whose tokens go into a training
+    sample gets at most the room left (max_new_tokens clamped); with no room left the rollout ends
+    truncated before the call, its thread sample cut back to the bound (only the masked text just
+    rendered can be past it)."""
+    bound = ex.max_context_tokens
+    if bound is None or (model != POLICY and node.sample_mode == "none"):
+        return
+    room = bound - len(ids)
+    if room < 1:
+        if thread is not None and thread.sample is not None:
+            thread.sample.cut_masked_tail(bound)
+        raise RolloutFault(
+            f"'{nid}': the context has {len(ids)} tokens, the context bound is {bound} "
+            "(--rollout-max-context-len): the rollout ends truncated before this call",
+            status="truncated",
+        )
+    params["max_new_tokens"] = min(int(params["max_new_tokens"]), room)
+
+
 def strip_stop(renderer: Any, ids: tuple[int, ...]) -> str:
     if ids and ids[-1] in renderer.stop_token_ids:
         ids = ids[:-1]
@@ -124,8 +146,10 @@ async def run_llm(
             ex.plan.span("nodes", nid, "prompt"),
             f"the prompt of '{nid}' has {len(ids)} tokens, over limits.max_prompt_tokens ({bound})",
         )
+    params = sampling_params(ex, node, model, renderer.stop_token_ids)
+    _context_bound(ex, nid, node, model, ids, params, thread)
     # generate
-    gen, call = await ex.generate(r, model, ids, sampling_params(ex, node, model, renderer.stop_token_ids), nid, visit)
+    gen, call = await ex.generate(r, model, ids, params, nid, visit)
     vocab = renderer.vocab_size
     if vocab is not None and gen.output_ids and (max(gen.output_ids) >= vocab or min(gen.output_ids) < 0):
         bad = next(i for i in gen.output_ids if i >= vocab or i < 0)
@@ -135,6 +159,7 @@ async def run_llm(
         )
     if gen.finish_reason.type == "abort" and not gen.output_ids:  # aborted before its first token
         r.status, r.error = "aborted", f"engine aborted the call of '{nid}' before it generated a token"
+        r.aborted_by = "engine"
         r.last_finish = "abort"
         return NodeResult(text="", ok=False, model=model, finish_reason="abort")
     if model == POLICY or node.sample_mode != "none":
@@ -159,7 +184,7 @@ async def run_llm(
     else:
         text = strip_stop(renderer, gen.output_ids)
     if gen.finish_reason.type == "abort":
-        r.status, r.error = "aborted", f"engine aborted the call of '{nid}'"
+        r.status, r.error, r.aborted_by = "aborted", f"engine aborted the call of '{nid}'", "engine"
     parsed = parse_output(node.parse, text, ex.user_callable)
     result = NodeResult(parsed.fields)
     result.update(text=text, ok=parsed.ok, model=model, finish_reason=gen.finish_reason.type)

@@ -7,8 +7,8 @@ semantics of `Sample.append_response_tokens` as read from slime's source (commit
   * trainable tokens need log-probs (ValueError otherwise); non-trainable tokens must not pass
     log-probs and get 0.0; `rollout_log_probs` is created as zeros for an existing response
     (ValueError when trainable log-probs arrive after a response without any);
-  * `meta_info` with a `finish_reason` (and `update_terminal_info`) adds prefix-cache counters and
-    the weight version, and sets the status: length -> TRUNCATED, abort -> ABORTED, stop -> COMPLETED;
+  * `meta_info` with a `finish_reason` (and `update_terminal_info`) adds prefix-cache counters,
+    the weight version and (under args.sglang_speculative_algorithm) the spec counters, and sets the status: length -> TRUNCATED, abort -> ABORTED, stop -> COMPLETED;
   * afterwards len(loss_mask) and len(rollout_log_probs) must equal response_length (ValueError).
 Top-p replay and routed-expert data are not modelled (graphrl refuses the flags that need them).
 
@@ -26,6 +26,22 @@ from typing import Any
 class PrefixCacheInfoStandIn:
     cached_tokens: int = 0
     total_prompt_tokens: int = 0
+
+
+@dataclass
+class SpecInfoStandIn:
+    """slime's Sample.SpecInfo counters: `add(meta_info)` sums them (completion_tokens too)."""
+
+    spec_accept_token_num: int = 0
+    spec_draft_token_num: int = 0
+    spec_verify_ct: int = 0
+    completion_token_num: int = 0
+
+    def add(self, meta_info: dict) -> None:
+        self.spec_accept_token_num += meta_info.get("spec_accept_token_num", 0)
+        self.spec_draft_token_num += meta_info.get("spec_draft_token_num", 0)
+        self.spec_verify_ct += meta_info.get("spec_verify_ct", 0)
+        self.completion_token_num += meta_info.get("completion_tokens", 0)
 
 
 @dataclass
@@ -60,6 +76,7 @@ class SampleStandInNoAppend:
     metadata: dict = field(default_factory=dict)
     session_id: str | None = None
     prefix_cache_info: PrefixCacheInfoStandIn = field(default_factory=PrefixCacheInfoStandIn)
+    spec_info: SpecInfoStandIn = field(default_factory=SpecInfoStandIn)
 
 
 @dataclass
@@ -103,6 +120,8 @@ class SampleStandIn(SampleStandInNoAppend):
                 self.rollout_log_probs = [0.0] * before
             self.rollout_log_probs += log_probs
         if meta_info is not None and update_terminal_info and "finish_reason" in meta_info:
+            if getattr(args, "sglang_speculative_algorithm", None):
+                self.spec_info.add(meta_info)
             self.prefix_cache_info.cached_tokens += meta_info.get("cached_tokens", 0)
             self.prefix_cache_info.total_prompt_tokens += meta_info.get("prompt_tokens", 0)
             if "weight_version" in meta_info:
@@ -142,6 +161,7 @@ class ArgsStandIn:
         self.use_rollout_routing_replay = False
         self.reward_key = None
         self.router_policy = None
+        self.sglang_speculative_algorithm = None
         self.n_samples_per_prompt = 2
         self.advantage_estimator = "grpo"
         self.rewards_normalization = True

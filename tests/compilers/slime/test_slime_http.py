@@ -178,3 +178,34 @@ def test_server_abort_ends_the_rollout_at_once(slime_kit, tiny_server, tiny_chec
     assert len(recorders["policy"].calls) == 1 and slime_tools.CALLS == []  # nothing after the abort
     assert 0 < got.response_length < 20000
     _check_exact(got, recorders["policy"].calls)
+
+
+def test_generate_from_several_event_loops_leaks_no_http_session(slime_kit, tiny_server, tiny_checkpoint, monkeypatch):
+    """slime may call the compiled generate from several loops (its rollout loop, fully_async's worker
+    thread, asyncio.run per call): one session per loop, each closed when its loop ends."""
+    made = []
+    real = aiohttp.ClientSession
+
+    def counting(*a, **kw):
+        made.append(real(*a, **kw))
+        return made[-1]
+
+    monkeypatch.setattr(aiohttp, "ClientSession", counting)
+    out = slime_kit.compile("single")
+    target = SlimeTarget(out / "plan.json")  # the real SGLang client, as slime runs it
+    args = _args(tiny_server, tiny_checkpoint)
+    params = {"temperature": 0.0, "top_p": 1.0}
+
+    async def rollouts(first, n):
+        return await asyncio.gather(
+            *(
+                target.generate(args, SampleStandIn(prompt="Say hi.", label="hi", index=first + i), params)
+                for i in range(n)
+            )
+        )
+
+    for k in range(4):
+        for s in asyncio.run(rollouts(10 * k, 5)):
+            assert s.response_length >= 1
+    assert len(made) == 4  # 20 rollouts from 4 loops: one session per loop
+    assert all(s.closed for s in made)

@@ -198,6 +198,24 @@ def test_flags_a_fanout_graph_cannot_use_are_a_usage_error(env, monkeypatch):
     assert "--group-rm" in res.stderr and "--dynamic-sampling-filter-path" in res.stderr
 
 
+def test_opd_with_a_teacher_server_is_a_usage_error_for_a_graph_with_a_reward(env, monkeypatch):
+    monkeypatch.chdir(REPO)
+    res = CliRunner().invoke(
+        main, _argv(env, "graphs/memagent.yaml", "--dry-run", "--", "--use-opd", "--opd-type", "sglang")
+    )
+    assert res.exit_code == EXIT_USAGE and "--use-opd --opd-type sglang" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_fully_async_rollout_is_a_usage_error_for_a_fanout_graph(env, monkeypatch):
+    monkeypatch.chdir(REPO)
+    flag = "slime.rollout.fully_async_rollout.generate_rollout_fully_async"
+    res = CliRunner().invoke(
+        main, _argv(env, "graphs/memagent.yaml", "--dry-run", "--", "--rollout-function-path", flag)
+    )
+    assert res.exit_code == EXIT_USAGE and "fully_async_rollout" in res.stderr
+
+
 def test_graph_errors_exit_3(env, monkeypatch, tmp_path):
     monkeypatch.chdir(REPO)
     bad = tmp_path / "bad.yaml"

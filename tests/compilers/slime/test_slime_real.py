@@ -385,3 +385,487 @@ def test_slime_plugin_path_loading_contracts_for_reward_func(slime_kit, tiny_ser
     )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert " passed" in res.stdout and "failed" not in res.stdout
+
+
+# ---------------------------------------------------------------------------------------- issue 14: eval
+def _always_right_fanout(slime_kit) -> Path:
+    """fanout.yaml with a reward that is always 1.0 (the tiny model's text never matches a label)."""
+    src = slime_kit.tmp / "fanout_ok.yaml"  # its own name: slime imports the compiled module by name, once
+    src.write_text(
+        (GRAPHS / "fanout.yaml")
+        .read_text()
+        .replace("name: fanout\n", "name: fanout_ok\n")
+        .replace('args: {prediction: "{{ answer.text }}", label: "{{ gold }}"}', "args: {prediction: ok, label: ok}")
+    )
+    return slime_kit.compile(src, out="fanout_ok")
+
+
+def _eval_dataset(tmp: Path, **cfg):
+    from slime.utils.eval_config import EvalDatasetConfig
+
+    path = tmp / "eval.jsonl"
+    path.write_text('{"prompt": "Name a river.", "label": "Nile"}\n{"prompt": "Name a sea.", "label": "Red"}\n')
+    return EvalDatasetConfig(
+        path=str(path),
+        input_key="prompt",
+        label_key="label",
+        metadata_key="metadata",
+        n_samples_per_eval_prompt=2,
+        **cfg,
+    )
+
+
+def _eval_args(out: Path, url: str, checkpoint: Path) -> Namespace:
+    host, port = url.removeprefix("http://").split(":")
+    return _args_for(
+        out,
+        url,
+        checkpoint,
+        sglang_model_routers={"helper": (host, int(port)), "critic": (host, int(port))},
+        multimodal_keys=None,
+        apply_chat_template_kwargs=None,
+        eval_max_prompt_len=None,
+        eval_min_new_tokens=None,
+        eval_reward_key=None,
+    )
+
+
+def test_eval_rollout_of_a_fanout_graph_logs_the_rollout_reward(
+    slime_kit, tiny_server, tiny_checkpoint, fresh_state, monkeypatch
+):
+    out = _always_right_fanout(slime_kit)
+    monkeypatch.syspath_prepend(str(out))
+    args = _eval_args(out, tiny_server, tiny_checkpoint)
+    sglang_rollout.GenerateState(args)
+    # the dataset gets --custom-rm-path (this module's reward_func) the way slime resolves it
+    cfg = _eval_dataset(slime_kit.tmp, name="rivers", custom_rm_path=args.custom_rm_path, max_response_len=16)
+    got = asyncio.run(sglang_rollout.eval_rollout_single_dataset(args, 0, cfg))["rivers"]
+    assert len(got["rewards"]) == 4
+    assert got["rewards"] == [1.0, 1.0, 1.0, 1.0]  # the rollout's reward, not 1 / number of samples
+    assert all(s.metadata["graphrl"]["num_samples"] >= 2 for s in got["samples"])
+
+
+def test_eval_rollout_honours_the_datasets_rm_type(slime_kit, tiny_server, tiny_checkpoint, fresh_state, monkeypatch):
+    from slime.rollout.rm_hub.f1 import f1_score
+
+    out = _always_right_fanout(slime_kit)
+    monkeypatch.syspath_prepend(str(out))
+    args = _eval_args(out, tiny_server, tiny_checkpoint)
+    sglang_rollout.GenerateState(args)
+    cfg = _eval_dataset(
+        slime_kit.tmp, name="rivers", rm_type="f1", custom_rm_path=args.custom_rm_path, max_response_len=16
+    )
+    got = asyncio.run(sglang_rollout.eval_rollout_single_dataset(args, 0, cfg))["rivers"]
+    for s, reward in zip(got["samples"], got["rewards"]):
+        assert s.metadata["graphrl"]["eval_scorer"] == "rm_type:f1"
+        assert reward == f1_score(s.response, s.label)[0]  # slime's rule, not the graph's 1.0
+
+
+# ---------------------------------------------------------------------------------------- issue 14: abort
+class _Buffer:
+    """The two calls fully_async_rollout makes on slime's data buffer."""
+
+    def __init__(self, groups):
+        self.groups, self.requeued = list(groups), []
+
+    def get_samples(self, n):
+        out, self.groups = self.groups[:n], self.groups[n:]
+        return out
+
+    def add_samples(self, groups):
+        self.requeued.extend(groups)
+
+
+def test_fully_async_ships_a_graph_routed_abort_instead_of_requeueing_it(
+    slime_kit, tiny_server, tiny_checkpoint, fresh_state, monkeypatch
+):
+    from slime.rollout import fully_async_rollout
+
+    out = slime_kit.compile("routed_abort")
+    monkeypatch.syspath_prepend(str(out))
+    args = _args_for(out, tiny_server, tiny_checkpoint, custom_reward_post_process_path=None)
+    buffer = _Buffer([])
+    worker = fully_async_rollout.AsyncRolloutWorker(args, buffer, concurrency=1)
+    group = [Sample(prompt="", label="x", index=i, group_index=0) for i in range(args.n_samples_per_prompt)]
+
+    async def main():
+        task = asyncio.create_task(
+            sglang_rollout.generate_and_rm_group(
+                args, group, sampling_params=worker.state.sampling_params.copy(), evaluation=False
+            )
+        )
+        await task
+        worker._make_done_cb(0)(task)  # what the worker runs when the group is done
+
+    asyncio.run(main())
+    assert buffer.requeued == []  # not "aborted, retry later": it would be generated again forever
+    gid, shipped = worker.get_completed_groups()[0]
+    assert all(s.status == Sample.Status.FAILED and s.remove_sample for s in shipped)
+    assert all(s.metadata["graphrl"]["aborted_by"] == "graph" for s in shipped)
+
+
+def test_slimes_abort_during_a_tool_stops_before_the_next_policy_call(
+    slime_kit, tiny_server, tiny_checkpoint, fresh_state, monkeypatch
+):
+    import slime_tools
+
+    src = slime_kit.tmp / "abort_in_tool.yaml"
+    src.write_text(
+        (GRAPHS / "multiturn.yaml")
+        .read_text()
+        .replace("name: multiturn", "name: abort_in_tool")
+        .replace("slime_tools:observe", "slime_tools:observe_then_abort")
+    )
+    out = slime_kit.compile(src, out="abort_in_tool")
+    monkeypatch.syspath_prepend(str(out))
+    args = _args_for(out, tiny_server, tiny_checkpoint, custom_reward_post_process_path=None)
+    state = sglang_rollout.GenerateState(args)
+    slime_tools.CALLS.clear()
+    sample = Sample(prompt="What is 2+2?", label="4", index=0, group_index=0)
+    got = asyncio.run(sglang_rollout.generate_and_rm(args, sample, state.sampling_params.copy()))
+    assert state.aborted is True and len(slime_tools.CALLS) == 1  # slime aborted while the tool ran
+    info = got.metadata["graphrl"]
+    assert [c["node"] for c in info["rollout_calls"] if c["endpoint"] == "policy"] == ["think"]  # no call after
+    assert got.status == Sample.Status.ABORTED and info["aborted_by"] == "caller"
+    got._validate_response_metadata_lengths()
+
+
+# ---------------------------------------------------------------------------------------- issue 14: hooks
+def _import_stubbed(module: str):
+    """Import a slime module that imports sglang / wandb, which the code under test does not use:
+    where sglang is not installed, those are stubbed for this import (skip if it still fails)."""
+    import importlib
+    import importlib.abc
+    import importlib.machinery
+    from unittest import mock
+
+    class _Stub(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+        def find_spec(self, name, path, target=None):
+            if name.split(".")[0] in ("sglang", "sglang_router", "wandb"):
+                return importlib.machinery.ModuleSpec(name, self, is_package=True)
+            return None
+
+        def create_module(self, spec):
+            stub = mock.MagicMock(name=spec.name)
+            stub.__path__, stub.__spec__ = [], spec
+            return stub
+
+        def exec_module(self, module):
+            pass
+
+    stub = None
+    try:
+        import sglang  # noqa: F401
+    except ImportError:
+        stub = _Stub()
+        sys.meta_path.insert(0, stub)
+    try:
+        return importlib.import_module(module)
+    except Exception as exc:
+        pytest.skip(f"{module} is not importable here: {type(exc).__name__}: {exc}")
+    finally:
+        if stub is not None:
+            sys.meta_path.remove(stub)
+
+
+def _rollout_manager_class():
+    """slime's RolloutManager (the plain class under @ray.remote)."""
+    manager = _import_stubbed("slime.ray.rollout").RolloutManager
+    return getattr(manager, "__ray_actor_class__", manager)
+
+
+def test_a_sample_hook_reaches_the_post_process_and_slimes_raw_reward(
+    slime_kit, tiny_server, tiny_checkpoint, fresh_state, monkeypatch
+):
+    manager_cls = _rollout_manager_class()
+    out = _always_right_fanout(slime_kit)
+    monkeypatch.syspath_prepend(str(out))
+    host, port = tiny_server.removeprefix("http://").split(":")
+    args = _args_for(
+        out,
+        tiny_server,
+        tiny_checkpoint,
+        sglang_model_routers={"helper": (host, int(port)), "critic": (host, int(port))},
+        rollout_sample_hook_path=["slime_tools.double_reward"],
+        custom_convert_samples_to_train_data_path=None,
+        rollout_top_p=1.0,
+    )
+    state = sglang_rollout.GenerateState(args)
+    group = [Sample(prompt="Name a river.", label="Nile", index=i, group_index=0) for i in range(2)]
+    got = asyncio.run(sglang_rollout.generate_and_rm_group(args, group, sampling_params=state.sampling_params.copy()))
+    flat = list(itertools.chain.from_iterable(got))
+    manager = manager_cls.__new__(manager_cls)  # only what _convert_samples_to_train_data reads
+    manager.args = args
+    manager.custom_convert_samples_to_train_data_func = None
+    manager.custom_reward_post_process_func = load_function(args.custom_reward_post_process_path)
+    train = manager_cls._convert_samples_to_train_data(manager, flat)
+    assert train["raw_reward"] == [2.0] * len(flat)  # the hook doubled every credit: the rollout's 1.0 -> 2.0
+
+
+# ---------------------------------------------------------------------------------------- issue 14: fields
+def test_weight_versions_filled_like_slimes_own_generate(
+    slime_kit, tiny_server, tiny_checkpoint, fresh_state, monkeypatch
+):
+    out = slime_kit.compile("multiturn")
+    monkeypatch.syspath_prepend(str(out))
+    args = _args_for(out, tiny_server, tiny_checkpoint, custom_reward_post_process_path=None)
+    state = sglang_rollout.GenerateState(args)
+    params = dict(state.sampling_params, max_new_tokens=8)
+    # slime's generate: one weight version per /generate call, from its meta_info (the server says "default")
+    got = asyncio.run(
+        sglang_rollout.generate_and_rm(args, Sample(prompt="What is 2+2?", label="4", index=1), dict(params))
+    )
+    assert got.weight_versions == ["default"] * got.metadata["round_number"] == ["default"] * 3
+
+
+def test_opd_with_a_teacher_server_is_refused_before_slimes_post_process_fails(
+    slime_kit, tiny_server, tiny_checkpoint, fresh_state, monkeypatch
+):
+    from slime.rollout import on_policy_distillation
+
+    from graphrl.compilers.slime.config import SlimeConfigError
+
+    out = slime_kit.compile("single")
+    monkeypatch.syspath_prepend(str(out))
+    args = _args_for(out, tiny_server, tiny_checkpoint, custom_reward_post_process_path=None)
+    state = sglang_rollout.GenerateState(args)
+    params = dict(state.sampling_params, max_new_tokens=8)
+    filled = asyncio.run(sglang_rollout.generate_and_rm(args, Sample(prompt="Say hi.", label="hi", index=0), params))
+    with pytest.raises(TypeError):  # why: slime's OPD post-process reads a teacher reply from sample.reward
+        on_policy_distillation.post_process_rewards(args, [filled])
+    args.use_opd, args.opd_type = True, "sglang"
+    with pytest.raises(SlimeConfigError, match="--use-opd --opd-type sglang"):
+        asyncio.run(sglang_rollout.generate_and_rm(args, Sample(prompt="Say hi.", index=1), dict(params)))
+
+
+def test_max_context_len_bounds_every_sample_and_ends_truncated(
+    slime_kit, tiny_server, tiny_checkpoint, fresh_state, monkeypatch
+):
+    src = slime_kit.tmp / "think_reward.yaml"
+    src.write_text(
+        (GRAPHS / "multiturn.yaml")
+        .read_text()
+        .replace("name: multiturn", "name: think_reward")
+        .replace("{{ answer.text }}", "{{ think.text }}")
+    )
+    out = slime_kit.compile(src, out="think_reward")
+    monkeypatch.syspath_prepend(str(out))
+    args = _args_for(out, tiny_server, tiny_checkpoint, custom_reward_post_process_path=None)
+    state = sglang_rollout.GenerateState(args)
+    free = asyncio.run(
+        sglang_rollout.generate_and_rm(
+            args, Sample(prompt="What is 2+2?", label="4", index=0), state.sampling_params.copy()
+        )
+    )
+    bound = len(free.tokens) - free.response_length + 6  # the prompt and 6 more tokens
+    args.rollout_max_context_len = bound
+    got = asyncio.run(
+        sglang_rollout.generate_and_rm(
+            args, Sample(prompt="What is 2+2?", label="4", index=1), state.sampling_params.copy()
+        )
+    )
+    _check(got)
+    assert got.status != Sample.Status.FAILED, got.metadata["graphrl"]["error"]
+    assert len(got.tokens) <= bound and got.status == Sample.Status.TRUNCATED and not got.remove_sample
+    assert len([c for c in got.metadata["graphrl"]["rollout_calls"] if c["endpoint"] == "policy"]) == 1
+
+
+def test_multimodal_samples_are_refused_through_slimes_generate_and_rm(
+    slime_kit, tiny_server, tiny_checkpoint, fresh_state, monkeypatch
+):
+    from graphrl.compilers.slime.config import SlimeConfigError
+
+    out = slime_kit.compile("single")
+    monkeypatch.syspath_prepend(str(out))
+    args = _args_for(out, tiny_server, tiny_checkpoint, custom_reward_post_process_path=None)
+    state = sglang_rollout.GenerateState(args)
+    sample = Sample(prompt="Describe the image.", index=0, multimodal_inputs={"images": ["an image"]})
+    with pytest.raises(SlimeConfigError, match=r"multimodal inputs \(images\)"):
+        asyncio.run(sglang_rollout.generate_and_rm(args, sample, state.sampling_params.copy()))
+
+
+# ---------------------------------------------------------------------------------------- issue 14: fully async
+def test_fanout_under_fully_async_is_refused_because_slimes_ordering_fails(
+    slime_kit, tiny_server, tiny_checkpoint, fresh_state, monkeypatch
+):
+    from slime.rollout import fully_async_rollout
+
+    from graphrl.compilers.slime.config import SlimeConfigError
+
+    out = slime_kit.compile("fanout")
+    monkeypatch.syspath_prepend(str(out))
+    host, port = tiny_server.removeprefix("http://").split(":")
+    routers = {"helper": (host, int(port)), "critic": (host, int(port))}
+    args = _args_for(out, tiny_server, tiny_checkpoint, sglang_model_routers=routers, rollout_global_dataset=True)
+    state = sglang_rollout.GenerateState(args)
+    group = [Sample(prompt="Name a river.", label="Nile", index=i, group_index=0) for i in range(2)]
+    done = asyncio.run(sglang_rollout.generate_and_rm_group(args, group, sampling_params=state.sampling_params.copy()))
+
+    class _Worker:  # fully_async's worker with this fan-out group finished
+        def get_completed_groups(self, limit=None):
+            return [(0, done), (1, done)]
+
+        def queue_size(self):
+            return 0
+
+    monkeypatch.setattr(fully_async_rollout, "_get_global_worker", lambda a, b: _Worker())
+    args.rollout_batch_size = 2
+    with pytest.raises(TypeError):  # why graphrl refuses: slime's _key calls int() on a list's index method
+        asyncio.run(fully_async_rollout._generate_rollout_async(args, 0, None))
+    args.rollout_function_path = "slime.rollout.fully_async_rollout.generate_rollout_fully_async"
+    sglang_rollout.GenerateState.clear_instances()
+    with pytest.raises(SlimeConfigError, match="fully_async_rollout"):
+        asyncio.run(
+            sglang_rollout.generate_and_rm_group(
+                args, [Sample(prompt="x", label="y", index=9, group_index=1)], sampling_params=state.sampling_params
+            )
+        )
+
+
+def test_slimes_group_loop_from_several_event_loops_leaks_no_session(
+    slime_kit, tiny_server, tiny_checkpoint, fresh_state, monkeypatch
+):
+    import aiohttp
+
+    made = []
+    real = aiohttp.ClientSession
+
+    def counting(*a, **kw):
+        made.append(real(*a, **kw))
+        return made[-1]
+
+    out = slime_kit.compile("single")
+    monkeypatch.syspath_prepend(str(out))
+    args = _args_for(out, tiny_server, tiny_checkpoint, custom_reward_post_process_path=None)
+    sglang_rollout.GenerateState(args)
+    monkeypatch.setattr(aiohttp, "ClientSession", counting)
+    for k in range(3):  # e.g. fully_async's worker thread loop, then slime's own loop, ...
+        sglang_rollout.GenerateState.clear_instances()  # its semaphore belongs to one loop
+        state = sglang_rollout.GenerateState(args)
+        group = [Sample(prompt="Say hi.", label="hi", index=4 * k + i, group_index=k) for i in range(4)]
+        got = asyncio.run(
+            sglang_rollout.generate_and_rm_group(args, group, sampling_params=state.sampling_params.copy())
+        )
+        assert all(s.response_length >= 1 for s in got)
+    assert len(made) == 3 and all(s.closed for s in made)
+
+
+# ---------------------------------------------------------------------------------------- issue 14: partial rollout
+def _queued_abort_server():
+    """An SGLang that aborts every request while it is queued (finish reason abort, no token)."""
+    import threading
+
+    from aiohttp import web
+
+    async def generate(request):
+        await request.read()
+        meta = {"id": "q", "finish_reason": {"type": "abort", "message": "Abort in waiting queue"}, "prompt_tokens": 0}
+        return web.json_response({"text": "", "output_ids": [], "meta_info": meta})
+
+    app = web.Application()
+    app.router.add_post("/generate", generate)
+    loop = asyncio.new_event_loop()
+    box, ready = {}, threading.Event()
+
+    def serve():
+        asyncio.set_event_loop(loop)
+        runner = web.AppRunner(app)
+        loop.run_until_complete(runner.setup())
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        loop.run_until_complete(site.start())
+        box["port"] = site._server.sockets[0].getsockname()[1]
+        ready.set()
+        loop.run_forever()
+        loop.run_until_complete(runner.cleanup())
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    ready.wait(30)
+
+    def stop():
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(30)
+
+    return box["port"], stop
+
+
+def test_partial_rollout_a_request_aborted_while_queued_comes_back_and_restarts(
+    slime_kit, tiny_server, tiny_checkpoint, fresh_state, monkeypatch
+):
+    out = slime_kit.compile("single")
+    monkeypatch.syspath_prepend(str(out))
+    port, stop = _queued_abort_server()
+    try:
+        args = _args_for(out, tiny_server, tiny_checkpoint, custom_reward_post_process_path=None, partial_rollout=True)
+        args.sglang_router_port = port  # this step's server aborts everything still queued
+        state = sglang_rollout.GenerateState(args)
+        params = dict(state.sampling_params, temperature=0.0)
+        sample = Sample(prompt="Say hi.", label="hi", index=0, group_index=0)
+        got = asyncio.run(sglang_rollout.generate_and_rm(args, sample, dict(params)))
+    finally:
+        stop()
+    info = got.metadata["graphrl"]
+    assert got.status == Sample.Status.ABORTED and got.remove_sample and info["placeholder"]
+    assert info["error"] == "engine aborted the call of 'solve' before it generated a token"
+    got._validate_response_metadata_lengths()
+    # slime's abort() keeps it for the next step (no response: no start_rollout_id); there it restarts
+    args.sglang_router_port = int(tiny_server.rsplit(":", 1)[1])
+    sglang_rollout.GenerateState.clear_instances()
+    sglang_rollout.GenerateState(args)
+    again = asyncio.run(sglang_rollout.generate_and_rm(args, got, dict(params)))
+    fresh = asyncio.run(
+        sglang_rollout.generate_and_rm(args, Sample(prompt="Say hi.", label="hi", index=0, group_index=0), dict(params))
+    )
+    _check(again)
+    assert (
+        again.tokens == fresh.tokens
+        and again.status == fresh.status
+        and not again.metadata["graphrl"].get("placeholder")
+    )
+
+
+def test_eval_rollout_with_an_eval_reward_key(slime_kit, tiny_server, tiny_checkpoint, fresh_state, monkeypatch):
+    out = _always_right_fanout(slime_kit)
+    monkeypatch.syspath_prepend(str(out))
+    args = _eval_args(out, tiny_server, tiny_checkpoint)
+    args.eval_reward_key = "acc"  # slime's eval then reads sample.reward["acc"]
+    sglang_rollout.GenerateState(args)
+    cfg = _eval_dataset(slime_kit.tmp, name="rivers", custom_rm_path=args.custom_rm_path, max_response_len=16)
+    got = asyncio.run(sglang_rollout.eval_rollout_single_dataset(args, 0, cfg))["rivers"]
+    assert got["rewards"] == [1.0] * 4
+
+
+# ---------------------------------------------------------------------------------------- issue 14: metrics
+def test_per_node_metrics_reach_slimes_rollout_log(slime_kit, tiny_server, tiny_checkpoint, fresh_state, monkeypatch):
+    logging_utils = _import_stubbed("slime.observability.logging_utils")
+    rollout_metrics = _import_stubbed("slime.observability.rollout_metrics")
+    out = _always_right_fanout(slime_kit)
+    monkeypatch.syspath_prepend(str(out))
+    host, port = tiny_server.removeprefix("http://").split(":")
+    args = _args_for(
+        out,
+        tiny_server,
+        tiny_checkpoint,
+        sglang_model_routers={"helper": (host, int(port)), "critic": (host, int(port))},
+        custom_rollout_log_function_path=f"{next(out.glob('graphrl_*.py')).stem}.log_rollout",
+        load_debug_rollout_data=None,
+        log_reward_category=None,
+        wandb_always_use_train_step=False,
+        rollout_batch_size=1,
+        global_batch_size=2,
+        num_steps_per_rollout=None,
+    )
+    state = sglang_rollout.GenerateState(args)
+    group = [Sample(prompt="Name a river.", label="Nile", index=i, group_index=0) for i in range(2)]
+    got = asyncio.run(sglang_rollout.generate_and_rm_group(args, group, sampling_params=state.sampling_params.copy()))
+    flat = list(itertools.chain.from_iterable(got))
+    logged = []
+    monkeypatch.setattr(logging_utils, "log", lambda a, d, step_key: logged.append(d))
+    try:
+        rollout_metrics.log_rollout_data(0, args, flat, {}, 1.0)
+    except AttributeError as exc:  # an args attribute of slime's own metrics this namespace lacks
+        if "'Namespace' object has no attribute" not in str(exc):
+            raise
+        pytest.skip(f"slime's log_rollout_data needs more args here: {exc}")
+    assert logged and logged[0]["graphrl/rollouts"] == 2.0 and logged[0]["graphrl/reward_mean"] == 1.0
+    assert logged[0]["graphrl/node/answer/visits"] == 1.0 and "rollout/response_len/mean" in logged[0]

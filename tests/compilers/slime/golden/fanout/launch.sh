@@ -37,6 +37,8 @@ ray job submit --address=http://127.0.0.1:8265 --submission-id "$JOB_ID" \
   --label-key label \
   --metadata-key metadata \
   --custom-reward-post-process-path graphrl_fanout.post_process_rewards \
+  --custom-rollout-log-function-path graphrl_fanout.log_rollout \
+  --custom-eval-rollout-log-function-path graphrl_fanout.log_eval_rollout \
   --sglang-config <OUT>/sglang_config.yaml \
   --rollout-num-gpus 3 \
   --num-rollout 2 \

@@ -36,6 +36,8 @@ ray job submit --address=http://127.0.0.1:8265 --submission-id "$JOB_ID" \
   --label-key label \
   --metadata-key metadata \
   --custom-reward-post-process-path graphrl_memagent.post_process_rewards \
+  --custom-rollout-log-function-path graphrl_memagent.log_rollout \
+  --custom-eval-rollout-log-function-path graphrl_memagent.log_eval_rollout \
   --num-rollout 2 \
   --rollout-batch-size 4 \
   --n-samples-per-prompt 4 \

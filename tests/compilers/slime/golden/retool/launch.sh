@@ -35,6 +35,8 @@ ray job submit --address=http://127.0.0.1:8265 --submission-id "$JOB_ID" \
   --input-key prompt \
   --label-key label \
   --metadata-key metadata \
+  --custom-rollout-log-function-path graphrl_retool.log_rollout \
+  --custom-eval-rollout-log-function-path graphrl_retool.log_eval_rollout \
   --num-rollout 2 \
   --rollout-batch-size 4 \
   --n-samples-per-prompt 4 \
