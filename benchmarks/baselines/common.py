@@ -116,9 +116,11 @@ def fill(
 
 
 def aborted(sample: Any) -> Any:
-    """A rollout that cannot run (no document): a one-token sample that trains nothing."""
+    """A rollout that cannot run (no document): a one-token sample that trains nothing. FAILED, as
+    graphrl's compiled generate marks a graph's own abort: slime retries ABORTED samples (fully
+    async regenerates them forever), and a row without a document never gets better."""
     fill(sample, [151643], [151643], [0], [0.0], "")
-    sample.status = type(sample).Status.ABORTED
+    sample.status = type(sample).Status.FAILED
     sample.remove_sample = True
     sample.reward = 0.0
     return sample

@@ -4,7 +4,7 @@ Tokenise the document once, cut it into 5,000-token chunks (at most 512); per ch
 memorize prompt with the chat template and tokenise it (new text), keep the engine's output ids and
 log-probs verbatim as that call's training sample; then one answer call. Returns chunks + 1 samples
 (one rollout: they share `index`), the exact-match reward split evenly over them. No document ->
-one aborted, removed sample.
+one failed, removed sample.
 """
 
 from __future__ import annotations

@@ -75,8 +75,12 @@ def test_sandboxed_code_dies_with_the_run(tmp_path, sig, backend):
             p for root in (*CGROUP_V1.values(), CGROUP_V2) for p in Path(root, "graphrl-sandbox").glob(f"{proc.pid}-*")
         ]
         assert left, "the killed run's work directory should still be there before the sweep"
-        removed = sweep_leftovers()
-        assert {str(p) for p in left + groups} <= set(removed)
+        removed: set[str] = set()
+        deadline = time.monotonic() + 10  # a cgroup empties once the last killed process is reaped
+        while not {str(p) for p in left + groups} <= removed and time.monotonic() < deadline:
+            removed |= set(sweep_leftovers())
+            time.sleep(0.2)
+        assert {str(p) for p in left + groups} <= removed
         assert not any(p.exists() for p in left + groups)
     finally:
         if proc.poll() is None:
