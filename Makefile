@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY      = $(VENV)/bin/python
 BIN     = $(VENV)/bin
 
-.PHONY: demo test lint setup browser docs-img bench bench-quick clean
+.PHONY: demo test lint setup browser sandbox docs-img bench bench-quick clean
 
 setup: $(VENV)/.installed
 
@@ -21,7 +21,7 @@ $(VENV)/.installed: pyproject.toml Makefile
 demo: setup
 	$(BIN)/graphrl demo
 
-test: setup browser lint
+test: setup browser sandbox lint
 	$(PY) -m pytest -q
 
 # The habits of the house (docs/architecture.md): lint and format (ruff), types (mypy over graphrl/),
@@ -50,6 +50,17 @@ browser:
 		DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core \
 			>/dev/null || echo "warning: chromium could not be installed; the browser test will skip"; \
+	fi
+
+# bubblewrap, the python tool's preferred sandbox backend (docs/sandbox.md), from Debian. Installed only
+# when missing and only as root; otherwise the launcher backend is used and the bubblewrap tests skip.
+sandbox:
+	@if ! command -v bwrap >/dev/null && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing bubblewrap (apt-get) for the python sandbox"; \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bubblewrap >/dev/null 2>&1 || \
+		{ DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bubblewrap >/dev/null; } || \
+		echo "warning: bubblewrap could not be installed; the sandbox uses its launcher backend"; \
 	fi
 
 # The README's pictures, made with graphrl's own commands: a graph diagram (SVG) and a trajectory

@@ -5,7 +5,8 @@ Input: nothing of the layers above; `graphrl.compilers.lower` builds a `Plan` fr
 Output: `Plan` (a frozen pydantic model) and its canonical JSON text (`plan_json`).
 
 Invariants:
-- self-contained: template files are inlined, each listed under `templates` with its sha256;
+- self-contained: template files are inlined, each listed under `templates` with its sha256 (a
+  model's `chat_template` holds the template's text, not its file name);
 - resolved: every default the runtime would apply (train, sample, max_tokens, edges) is explicit;
 - deterministic: `plan_json` emits keys in a fixed order, so the same plan gives byte-identical text;
 - located: `spans` maps each value's dotted path to file:line:col so runtime errors point at YAML;
@@ -21,7 +22,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from .errors import UsageProblem
-from .spec.model import InputDecl, Limits, ModelDecl, Reward, StateVar, Thread
+from .spec.model import EnvironmentDecl, InputDecl, Limits, ModelDecl, Reward, StateVar, Thread
 from .spec.nodes import PlanNode
 
 PLAN_FORMAT = "graphrl.plan/2"  # /2: target sections under `targets` (was a fixed `slime` key)
@@ -58,6 +59,7 @@ class Plan(BaseModel):
     threads: dict[str, Thread]
     nodes: dict[str, PlanNode]
     reward: Reward | None = None
+    environment: EnvironmentDecl | None = None
     limits: Limits
     targets: dict[str, dict[str, Any]]  # each compile target's section of the graph, as JSON
     training: Training

@@ -16,6 +16,12 @@ frozen model of the graph), two at a time by default:
                  on a free port and handed to the graph as metadata.retrieval_url
   search_r1      data/search_r1.jsonl, 2 rows (search results inside the response), against the
                  same retrieval service
+  retool         data/retool.jsonl, 2 rows (interpreter output inside the response, one sandboxed
+                 python session per rollout)
+  multi_agent    data/multi_agent.jsonl, 1 row (3 parallel solvers, 3 rewriters, a selector: every
+                 call its own sample with its own reward)
+  tau_retail     data/tau_retail.jsonl, 2 rows (a per-rollout shop environment, the embedded model
+                 as the frozen customer simulator too)
   hello          data/math.jsonl, 3 rows x 2 samples
 Rows and samples are few and new tokens capped (default 64) so that the whole job takes minutes on
 two CPU cores with SmolLM2 (~25 tokens/s decoding, ~100 tokens/s prompt reading).
@@ -59,6 +65,9 @@ DEMO_RUNS = (  # the longest first, so that two at a time finish together
     DemoRun("memagent", "synth:memagent", limit=1, n_samples=1),
     DemoRun("toolorchestra", "toolorchestra.jsonl", limit=2, n_samples=2, service="retrieval"),
     DemoRun("search_r1", "search_r1.jsonl", limit=2, n_samples=1, service="retrieval"),
+    DemoRun("retool", "retool.jsonl", limit=2, n_samples=1),
+    DemoRun("multi_agent", "multi_agent.jsonl", limit=1, n_samples=1),
+    DemoRun("tau_retail", "tau_retail.jsonl", limit=2, n_samples=1),
     DemoRun("hello", "math.jsonl", limit=3, n_samples=2),
 )
 

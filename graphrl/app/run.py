@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from ..runtime.resume import check_resume
 from ..runtime.runner import RunSummary, read_rows, run_dataset
 from ..spec.model import LLMNode
 from ..tools.registry import ToolBox
+from ..tools.sandbox_host import SandboxPolicy, resolve_backend
 from .endpoints import DEFAULT_TIMEOUT_S, build_endpoints
 
 
@@ -103,11 +105,14 @@ def run_plan(
         timeout_s=engine_timeout_s,
     )
     search = [Path(plan.source.get("file", ".")).parent, Path(".")]
+    sandbox = SandboxPolicy.from_env(os.environ)  # GRAPHRL_SANDBOX / GRAPHRL_SANDBOX_STRICT: exit 2 if wrong
+    if sandbox.backend == "bubblewrap":
+        resolve_backend(sandbox)  # asked for by name: refuse now (exit 2) if it cannot work here
     judge_tokens = min(JUDGE_MAX_TOKENS, max_tokens_cap) if max_tokens_cap else JUDGE_MAX_TOKENS
     executor = Executor(
         plan,
         eps,
-        tools=ToolBox(search),
+        tools=ToolBox(search, sandbox=sandbox),
         rewards=RewardBox(search, judge_max_tokens=judge_tokens),
         sampling={"temperature": temperature, "top_p": 1.0, "top_k": -1},
     )

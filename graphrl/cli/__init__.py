@@ -46,6 +46,7 @@ COMMANDS: dict[str, str] = {
     "serve": "graphrl.cli.serve:serve_command",
     "serve-retrieval": "graphrl.cli.serve:serve_retrieval_command",
     "models": "graphrl.cli.models:models_command",
+    "doctor": "graphrl.cli.doctor:doctor_command",
 }
 
 

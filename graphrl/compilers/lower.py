@@ -93,7 +93,7 @@ def lower(g: Graph) -> Plan:
     }
     flow = build_flow(g)
     layout = sample_layout(g, flow)
-    models = dict(spec.models)
+    models = {name: _with_files(m, ("models", name), [("chat_template",)], inlined) for name, m in spec.models.items()}
     models.setdefault(POLICY, ModelDecl())
     source_text = Path(g.file).read_text(encoding="utf-8")
     return Plan(
@@ -109,6 +109,7 @@ def lower(g: Graph) -> Plan:
         threads=threads,
         nodes={nid: _resolve_node(g, nid, inlined) for nid in g.nodes},
         reward=_resolve_reward(spec),
+        environment=spec.environment,
         limits=spec.limits,
         targets={name: settings.model_dump(mode="json") for name, settings in sorted(g.targets.items())},
         training=Training(

@@ -22,6 +22,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from ..runtime.environment import env_reward, with_env
 from ..runtime.parsers import last_boxed
 from ..runtime.services import JudgeFn
 from ..spec.imports import ImportProblem, resolve_callable
@@ -62,7 +63,11 @@ class RewardBox:
         self._search = list(search or [])
         self.judge_max_tokens = judge_max_tokens
 
-    async def score(self, fn: str, args: dict[str, Any], *, judge_model: str | None, judge: JudgeFn) -> Any:
+    async def score(
+        self, fn: str, args: dict[str, Any], *, judge_model: str | None, judge: JudgeFn, env: Any = None
+    ) -> Any:
+        """`env`: the rollout's `LiveEnvironment` (or None): `env_reward` asks it; a user reward with a
+        parameter named `env` receives the user object."""
         if fn == "f1":
             return text.f1(**args)
         if fn in ("exact_match", "sub_em"):
@@ -75,9 +80,14 @@ class RewardBox:
             return text.format_match(**args)
         if fn == "tool_use":
             return text.tool_use(**args)
+        if fn == "value":
+            return float(args["value"])
+        if fn == "env_reward":
+            return await env_reward(env)
         ref = resolve_callable(fn, self._search)
         if isinstance(ref, ImportProblem):
             raise ValueError(ref.message)
+        args = with_env(ref, args, env)
         value = await ref(**args) if inspect.iscoroutinefunction(ref) else await asyncio.to_thread(ref, **args)
         return value
 

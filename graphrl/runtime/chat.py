@@ -50,7 +50,14 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from graphrl.runtime.chat_template import TemplateRenderer, plain, template_message, template_tools
+from graphrl.runtime.chat_parts import DeltaPart, label_parts
+from graphrl.runtime.chat_template import (
+    CompletionRenderer,
+    TemplateRenderer,
+    plain,
+    template_message,
+    template_tools,
+)
 
 
 class OnDrift(str, Enum):
@@ -79,14 +86,8 @@ class ThreadStateError(RuntimeError):
     """A thread method was called out of order (e.g. two outputs without a prepare between)."""
 
 
-@dataclass(frozen=True)
-class DeltaPart:
-    """ids[start:end] of a delta: message content ("observation") or template text ("template")."""
-
-    start: int
-    end: int
-    kind: str  # "observation" | "template"
-    message_index: int | None  # the thread message whose content it is (observations only)
+class ContextBudgetError(ValueError):
+    """A thread does not fit its `max_tokens` budget even after truncation."""
 
 
 @dataclass(frozen=True)
@@ -116,9 +117,18 @@ class ChatRenderer:
         stop_token_ids: Iterable[int] | None = None,
         strict: bool = False,
         vocab_size: int | None = None,
+        template_kwargs: Mapping[str, Any] | None = None,
+        completion: bool = False,
     ):
+        """`chat_template`: a template's source instead of the tokenizer's; `template_kwargs`:
+        variables every render gets (e.g. {"enable_thinking": False}); `completion`: no chat
+        template at all, the prompt is the messages' text as written (see `CompletionRenderer`)."""
         self.tokenizer = tokenizer
-        self.template = TemplateRenderer.for_tokenizer(tokenizer, chat_template)
+        self.template: TemplateRenderer | CompletionRenderer = (
+            CompletionRenderer()
+            if completion
+            else TemplateRenderer.for_tokenizer(tokenizer, chat_template, kwargs=template_kwargs)
+        )
         self.strict = strict
         backend = getattr(tokenizer, "backend_tokenizer", None)
         self._backend = None if getattr(tokenizer, "split_special_tokens", False) else backend
@@ -134,6 +144,38 @@ class ChatRenderer:
         except TypeError:
             known = None
         self.vocab_size: int | None = max(known or 0, vocab_size or 0) or None
+        self._variants: dict[str, ChatRenderer] = {}
+
+    @property
+    def completion(self) -> bool:
+        """True in completion mode (no chat template)."""
+        return self.template.completion
+
+    def variant(
+        self,
+        *,
+        chat_template: str | None = None,
+        template_kwargs: Mapping[str, Any] | None = None,
+        completion: bool = False,
+    ) -> ChatRenderer:
+        """This renderer's tokenizer, stop ids and vocabulary with another chat template, template
+        variables, or completion mode (a model's `chat_template`, `chat_template_kwargs`,
+        `completion`). Variants are cached: the template compiles once per renderer."""
+        if completion:
+            chat_template, template_kwargs = None, None
+        key = repr((chat_template, sorted((template_kwargs or {}).items()), completion))
+        out = self._variants.get(key)
+        if out is None:
+            out = self._variants[key] = ChatRenderer(
+                self.tokenizer,
+                chat_template=chat_template or (None if self.completion else self.template.source),
+                stop_token_ids=self.stop_token_ids,
+                strict=self.strict,
+                vocab_size=self.vocab_size,
+                template_kwargs={**self.template.kwargs, **(template_kwargs or {})},
+                completion=completion,
+            )
+        return out
 
     # -- text <-> ids -----------------------------------------------------------------------------
     def encode(self, text: str) -> tuple[int, ...]:
@@ -233,6 +275,7 @@ class ChatThread:
         self._tail = ""  # text of the stop token the last output ended with ("" if none)
         self._state = "new"  # "new" -> "ready" <-> "answered"
         self._continuing = False  # the next output extends the last assistant message (in-response text)
+        self._opening = 0  # how many messages the thread opened with (kept when a budget truncates it)
         self.prompt_length = 0
 
     @property
@@ -244,6 +287,10 @@ class ChatThread:
 
     def __len__(self) -> int:
         return len(self._ids)
+
+    @property
+    def renderer(self) -> ChatRenderer:
+        return self._r
 
     @property
     def text(self) -> str:
@@ -318,12 +365,21 @@ class ChatThread:
         self._state, self._continuing = "ready", True
         return tuple(ids)
 
-    def prepare(self, on_drift: OnDrift | str = OnDrift.FAIL) -> ThreadDelta:
-        """Render pending messages + the generation prompt; extend `ids` (see ThreadDelta.kind)."""
+    def prepare(self, on_drift: OnDrift | str = OnDrift.FAIL, budget: int | None = None) -> ThreadDelta:
+        """Render pending messages + the generation prompt; extend `ids` (see ThreadDelta.kind).
+        `budget`: past that many ids, restart from the opening messages and the latest messages
+        that fit (`_truncate`: a new sample); ContextBudgetError when not even those fit."""
+        delta = self._prepare(on_drift)
+        if budget is not None and len(self._ids) > budget:
+            return self._truncate(budget)
+        return delta
+
+    def _prepare(self, on_drift: OnDrift | str) -> ThreadDelta:
         on_drift = OnDrift(on_drift)
         if self._state == "new":
             rendered = self._render(self._pending)  # may raise: then nothing has changed
             self._messages, self._pending = self._pending, []
+            self._opening = len(self._messages)
             return self._restart(rendered, drift=None)
         if self._state == "ready" and not self._pending:
             return ThreadDelta("append", (), "", ())
@@ -349,13 +405,31 @@ class ChatThread:
         self._ids.extend(ids)
         self._text, self._tail, self._state = rendered, "", "ready"
         self._messages, self._pending = history, []
-        parts = _label_parts(delta_text, ids, enc, new_messages)
+        parts = label_parts(delta_text, ids, enc, new_messages)
         return ThreadDelta("append", tuple(ids), delta_text, parts, kept_stop=kept)
 
     # -- internals -------------------------------------------------------------------------------
     def _render(self, messages: list[dict[str, Any]], generation_prompt: bool = True) -> str:
         return self._r.template.render(
             messages, tools=self._tools, add_generation_prompt=generation_prompt, variables=self._vars
+        )
+
+    def _truncate(self, budget: int) -> ThreadDelta:
+        """Drop the oldest messages after the opening ones, whole and starting the kept part at a
+        user message, until the rendering fits in `budget` ids; restart from it (a new sample)."""
+        opening, rest = self._messages[: self._opening], self._messages[self._opening :]
+        for start in range(1, len(rest)):  # the newest message is always kept
+            if start < len(rest) - 1 and rest[start].get("role") != "user":
+                continue
+            kept = opening + rest[start:]
+            rendered = self._render(kept)
+            if len(self._r.encode(rendered)) <= budget:
+                self._messages = kept
+                note = f"truncated to {budget} tokens: dropped {start} of {len(rest)} messages after the opening"
+                return self._restart(rendered, drift=note)
+        raise ContextBudgetError(
+            f"the thread needs more than its {budget}-token budget even with only its opening messages "
+            "and the newest turn"
         )
 
     def _restart(self, rendered: str, drift: str | None) -> ThreadDelta:
@@ -434,53 +508,3 @@ def _common_prefix(a: str, b: str) -> int:
         else:
             hi = mid - 1
     return lo
-
-
-def _label_parts(
-    text: str, ids: list[int], enc: Any, messages: list[tuple[int, dict[str, Any]]]
-) -> tuple[DeltaPart, ...]:
-    """Split delta ids into observation (a new message's content) and template runs.
-
-    Best effort, informational (every delta token has mask 0 whatever its label): a token is an
-    observation of message i when its first character lies inside i's content, found in order in
-    the delta text. Without character offsets (slow tokenizers) the whole delta is "template".
-    """
-    n = len(ids)
-    if n == 0:
-        return ()
-    if enc is None:
-        return (DeltaPart(0, n, "template", None),)
-    cuts: list[tuple[int, int, int]] = []  # (first token, end token, message index)
-    cursor = 0
-    for index, message in messages:
-        content = message.get("content")
-        if not isinstance(content, str) or not content:
-            continue
-        at = text.find(content, cursor)
-        if at < 0:
-            continue
-        cursor = at + len(content)
-        first, end = _token_at_or_after(enc, at, n), _token_at_or_after(enc, cursor, n)
-        if first < end:
-            cuts.append((first, end, index))
-    parts: list[DeltaPart] = []
-    pos = 0
-    for first, end, index in cuts:
-        if first < pos:
-            continue
-        if pos < first:
-            parts.append(DeltaPart(pos, first, "template", None))
-        parts.append(DeltaPart(first, end, "observation", index))
-        pos = end
-    if pos < n:
-        parts.append(DeltaPart(pos, n, "template", None))
-    return tuple(parts)
-
-
-def _token_at_or_after(enc: Any, char: int, n: int) -> int:
-    """Index of the first token whose first character is at or after `char` (n if none)."""
-    t = enc.char_to_token(char)
-    if t is None:  # past the end of the text
-        return n
-    start, _ = enc.token_to_chars(t)
-    return t if start >= char else t + 1

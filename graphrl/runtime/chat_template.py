@@ -20,12 +20,13 @@ filters and extensions) when transformers is importable, an equivalent sandbox o
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
 from typing import Any
 
 from graphrl.runtime import chatml_native
+from graphrl.spec.chat_jinja import compile_template, own_environment
+
+_own_environment = own_environment  # the reference sandbox (tests compare against it)
 
 # Names a message's reasoning may be given under; templates read `reasoning_content` (Qwen3) or
 # `thinking` (gpt-oss). transformers copies the first one set under both names; so do we.
@@ -88,58 +89,27 @@ def template_tools(tools: Sequence[Mapping[str, Any]] | None) -> list[dict[str, 
     return out
 
 
-def compile_template(source: str) -> Any:
-    """The compiled Jinja template, compiled exactly as transformers compiles chat templates."""
-    try:
-        from transformers.utils.chat_template_utils import _compile_jinja_template
-    except ImportError:  # transformers absent or reorganised: an equivalent sandbox
-        return _own_environment().from_string(source)
-    return _compile_jinja_template(source)
-
-
-def _own_environment() -> Any:
-    import jinja2
-    import jinja2.ext
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    def raise_exception(message: str) -> None:
-        raise jinja2.exceptions.TemplateError(message)
-
-    def tojson(
-        x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None, sort_keys: bool = False
-    ) -> str:
-        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-
-    class Generation(jinja2.ext.Extension):  # `{% generation %}` blocks render their body
-        tags = {"generation"}
-
-        def parse(self, parser: Any) -> Any:
-            lineno = next(parser.stream).lineno
-            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-            return jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
-
-        def _body(self, caller: Any) -> str:
-            return caller()
-
-    env = ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=[Generation, jinja2.ext.loopcontrols]
-    )
-    env.filters["tojson"] = tojson
-    env.globals["raise_exception"] = raise_exception
-    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
-    return env
-
-
 class TemplateRenderer:
-    """Renders conversations with one chat template and fixed constants (special tokens)."""
+    """Renders conversations with one chat template, fixed constants (special tokens) and fixed
+    template variables (a model's `chat_template_kwargs`, e.g. Qwen3's `enable_thinking`)."""
 
-    def __init__(self, source: str, constants: Mapping[str, Any] | None = None, *, native: bool = True):
+    completion = False
+
+    def __init__(
+        self,
+        source: str,
+        constants: Mapping[str, Any] | None = None,
+        *,
+        native: bool = True,
+        kwargs: Mapping[str, Any] | None = None,
+    ):
         """`native=False` always renders with Jinja (the reference path)."""
         if not source:
             raise ValueError("the tokenizer has no chat template")
         self.source = source
         self._compiled = compile_template(source)
         self._constants = plain(dict(constants or {}))
+        self.kwargs: dict[str, Any] = plain(dict(kwargs or {}))
         # graphrl's own ChatML template is also rendered in Python (chatml_native), byte-identical and
         # >10x faster; it reads no constants, but constants that clash with render()'s own keyword
         # arguments (or are not names) make the Jinja call raise, so those keep the Jinja path.
@@ -151,14 +121,19 @@ class TemplateRenderer:
 
     @classmethod
     def for_tokenizer(
-        cls, tokenizer: Any, chat_template: str | None = None, *, native: bool = True
+        cls,
+        tokenizer: Any,
+        chat_template: str | None = None,
+        *,
+        native: bool = True,
+        kwargs: Mapping[str, Any] | None = None,
     ) -> TemplateRenderer:
         source = chat_template or getattr(tokenizer, "chat_template", None)
         if isinstance(source, Mapping):  # named templates: the default one, as transformers does
             source = source.get("default")
         if not source:
             raise ValueError(f"{type(tokenizer).__name__} has no chat template; pass chat_template=")
-        return cls(source, getattr(tokenizer, "special_tokens_map", {}), native=native)
+        return cls(source, getattr(tokenizer, "special_tokens_map", {}), native=native, kwargs=kwargs)
 
     def render(
         self,
@@ -170,6 +145,8 @@ class TemplateRenderer:
     ) -> str:
         """Render messages already passed through `template_message` (plain data)."""
         messages = list(messages)
+        if self.kwargs:
+            variables = {**self.kwargs, **(variables or {})}
         if self.native and not variables:
             text = chatml_native.render_chatml(messages, tools, add_generation_prompt)
             if text is not None:
@@ -178,3 +155,41 @@ class TemplateRenderer:
         return self._compiled.render(
             messages=messages, tools=tools, documents=None, add_generation_prompt=add_generation_prompt, **kwargs
         )
+
+
+class CompletionModeError(ValueError):
+    """Something only a chat template can render (tool schemas) was given to completion mode."""
+
+
+class CompletionRenderer:
+    """Completion mode (no chat template): the prompt is the messages' contents, concatenated as
+    written -- no roles, no turn markers, no generation prompt. Appending a message appends its
+    content, so a thread in completion mode only ever grows by the new text (append-only)."""
+
+    completion = True
+    native = False
+    source = None
+    kwargs: dict[str, Any] = {}
+
+    def render(
+        self,
+        messages: Iterable[Mapping[str, Any]],
+        *,
+        tools: list[dict] | None = None,
+        add_generation_prompt: bool,
+        variables: Mapping[str, Any] | None = None,
+    ) -> str:
+        if tools:
+            raise CompletionModeError("completion mode has no chat template to render tool schemas into")
+        out = []
+        for m in messages:
+            content = m.get("content")
+            if content is None:
+                continue
+            if not isinstance(content, str):
+                raise CompletionModeError(
+                    f"completion mode renders text contents only; a {m.get('role')!r} message has "
+                    f"{type(content).__name__} content"
+                )
+            out.append(content)
+        return "".join(out)

@@ -23,7 +23,6 @@ node and after each batch of foreach items: the rollout stops at the next node b
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import time
 from collections.abc import Mapping
@@ -34,15 +33,23 @@ from ..engines.base import EngineError, Generation
 from ..plan import Plan
 from ..spec.model import ABORT, END, POLICY, LLMNode
 from .chat import NotAppendOnlyError, ThreadStateError
+from .environment import environment_of, open_environment
+from .finish import finish_samples, usage
 from .handlers import HANDLERS
 from .handlers.llm import strip_stop
-from .ledger import CallRecord, LedgerError, SampleBuilder, TrainingSample, assign_credit
+from .ledger import CallRecord, LedgerError, TrainingSample
 from .outcome import reward_scalar
+from .renderers import ModelRenderers
 from .rollout import AbortSignal, RolloutFault, RolloutInput, RolloutState
 from .scope import NodeResult, Renderer, RenderError, merge_state
+from .scoring import node_reward, rollout_reward
 from .services import Endpoints, RewardScorer, ToolRunner, UnknownModel
 from .trained_thread import TrainedThread
 from .userfns import user_callable
+from .values import copy_value as _copy
+from .values import excerpt as _excerpt
+from .values import is_message as _is_message
+from .values import lone_surrogate as _lone_surrogate
 
 __all__ = ["Executor", "RolloutFault", "RolloutInput", "RolloutResult", "usage"]
 
@@ -83,7 +90,8 @@ class Executor:
         self.tools = tools
         self.rewards = rewards
         self.sampling = dict(sampling or {})
-        self.render = Renderer(plan)
+        self.render = Renderer(plan, count_tokens=lambda text, model: len(endpoints.renderer(model).encode(text)))
+        self.renderers = ModelRenderers(plan, endpoints)
         self.clock = clock
         # a training framework's context bound (slime's --rollout-max-context-len): every call whose
         # tokens go into a training sample keeps prompt + output within it (llm handler)
@@ -99,6 +107,13 @@ class Executor:
     async def run(self, inp: RolloutInput, *, abort: AbortSignal | None = None) -> RolloutResult:
         t0 = self.clock()
         r = RolloutState(inp=inp, ns={}, state={}, t0=t0)
+        try:
+            return await self._run(r, t0, abort)
+        finally:  # also when cancelled (slime's abort): sessions and environments never outlive the rollout
+            await r.resources.close()
+
+    async def _run(self, r: RolloutState, t0: float, abort: AbortSignal | None) -> RolloutResult:
+        inp = r.inp
         timeout = self.plan.limits.timeout_s
         try:
             await asyncio.wait_for(self._execute(r, abort), timeout)
@@ -121,6 +136,7 @@ class Executor:
                 reward = None
                 why = f" (the rollout had ended {r.status}: {r.error})" if r.error else ""
                 r.status, r.error = "failed", f"reward: {type(exc).__name__}: {exc}{why}"
+        await r.resources.close()  # python sessions, environments: after the reward, whatever happened
         samples = self._finish_samples(r, reward)
         return RolloutResult(
             inp.rollout_id,
@@ -166,6 +182,10 @@ class Executor:
 
     async def _execute(self, r: RolloutState, abort: AbortSignal | None) -> None:
         self._init(r)
+        if self.plan.environment is not None:
+            decl = self.plan.environment
+            args = self.render.value(("environment", "args"), decl.args, self._ctx(r, 0))
+            r.ns["env"] = await open_environment(self.plan, self.user_callable(decl.class_), args, r.resources)
         node_id = self.plan.start
         while node_id not in (END, ABORT):
             if abort is not None and abort.is_set():
@@ -238,6 +258,8 @@ class Executor:
                 if r.status == "aborted":
                     return END
                 output = res
+                if getattr(node, "reward", None) is not None:
+                    await self._node_reward(r, nid, node, visit, ctx, res)
                 self._record(r, nid, node, visit, ctx, res)
             if abort is not None and abort.is_set():
                 break
@@ -272,6 +294,7 @@ class Executor:
         ctx["output"] = output
         ctx[nid] = output
         r.ns[nid] = output
+        ctx["thread_tokens"] = {k: len(t.chat) for k, t in r.threads.items()}  # as the visit left them
         self._updates(r, nid, node, ctx)
         if node.append_to is not None:
             where = ("nodes", nid, "append_to", "content")
@@ -290,6 +313,7 @@ class Executor:
         ctx.update(r.state)
         ctx["visit"] = visit
         ctx["threads"] = {k: list(t.messages) for k, t in r.threads.items()}
+        ctx["thread_tokens"] = {k: len(t.chat) for k, t in r.threads.items()}
         return ctx
 
     def _updates(self, r: RolloutState, nid: str, node: Any, ctx: dict[str, Any]) -> None:
@@ -306,7 +330,7 @@ class Executor:
         value = self.render.expr(("nodes", nid, "foreach", "over"), fe.over, self._ctx(r, 0))
         if fe.chunk_tokens:
             model = node.llm if isinstance(node, LLMNode) and not node.dynamic_model else POLICY
-            renderer = self.endpoints.renderer(model)
+            renderer = self.renderers.for_model(model)
             text = "" if value is None else str(value)
             # Tokenising a long document is CPU work: keep it off the event loop.
             ids = await asyncio.to_thread(renderer.encode, text)
@@ -332,7 +356,7 @@ class Executor:
             msgs = self.messages(("threads", name, "prompt"), decl.prompt, ctx)
             tools = self.render.value(("threads", name, "tools"), decl.tools, ctx) if decl.tools else None
             self.plain_text(("threads", name, "tools"), tools)
-            chat = self.endpoints.renderer(POLICY).thread(msgs, tools=tools)
+            chat = self.renderers.for_thread(name).thread(msgs, tools=tools)
             th = r.threads[name] = TrainedThread(
                 chat,
                 sampled=name in self.plan.training.threads,
@@ -427,7 +451,7 @@ class Executor:
         """A judge call for the reward: same endpoint limits and call accounting as any llm call."""
         if model not in self.plan.models:
             raise UnknownModel(f"{self.plan.span('reward', 'judge')}: judge model '{model}' is not declared")
-        renderer = self.endpoints.renderer(model)
+        renderer = self.renderers.for_model(model)
         ids = renderer.start(messages)
         params = {
             **self.sampling,
@@ -439,117 +463,24 @@ class Executor:
         gen, _ = await self.generate(r, model, ids, params, "reward", 1)
         return strip_stop(renderer, gen.output_ids)
 
+    async def _node_reward(
+        self, r: RolloutState, nid: str, node: Any, visit: int, ctx: dict[str, Any], output: NodeResult
+    ) -> None:
+        """A visit's own reward: kept for its sample (`finish`) and bound as `output.reward`."""
+        live = environment_of(r.resources)
+        value = await node_reward(self.plan, self.render, self.rewards, nid, node.reward, ctx, output, live)
+        r.node_rewards[(nid, visit)] = value
+        output["reward"] = value
+
     async def _reward(self, r: RolloutState) -> float | dict[str, Any] | None:
-        """The reward's value; a composite reward (`terms:`) gives {score, <term>: value, ...}."""
-        spec = self.plan.reward
-        assert spec is not None
         ctx = self._ctx(r, 0)
         ctx["usage"] = usage(r.calls)
         judge = functools.partial(self._judge, r)
-        values = {}
-        for path, fn, args in spec.items():
-            value = await self.rewards.score(
-                fn, self.render.value(path, args, ctx), judge_model=spec.judge, judge=judge
-            )
-            if spec.terms is None:
-                return value
-            if value is None:
-                raise TypeError(f"term '{path[2]}' ({fn}) returned None (a float or a dict with 'score' is expected)")
-            values[path[2]] = float(value["score"]) if isinstance(value, Mapping) else float(value)
-        assert spec.terms is not None
-        weighted = [spec.terms[name].weight * v for name, v in values.items()]
-        score = max(weighted) if spec.combine == "max" else sum(weighted)
-        return {"score": score, **values}
+        return await rollout_reward(self.plan, self.render, self.rewards, ctx, judge, environment_of(r.resources))
 
     def _finish_samples(self, r: RolloutState, reward: Any) -> tuple[TrainingSample, ...]:
-        frozen: list[TrainingSample] = []
-        for s in r.samples:
-            if isinstance(s, SampleBuilder):
-                try:
-                    s = s.freeze()
-                except LedgerError:
-                    continue  # a thread sample with no response yet: nothing to train on
-            frozen.append(s)
-        credits: tuple[Any, ...] = (None,) * len(frozen)
-        if reward is not None and frozen and self.plan.reward is not None:
-            credits = assign_credit(
-                reward_scalar(reward, self.plan.reward.key),
-                len(frozen),
-                self.plan.reward.credit,
-                self.plan.reward.discount,
-            )
-        out = []
-        for i, (s, credit) in enumerate(zip(frozen, credits)):
-            status = r.status if r.status in ("aborted", "failed") else s.status
-            out.append(dataclasses.replace(s, index=i, rollout_id=r.inp.rollout_id, status=status, reward=credit))
-        return tuple(out)
-
-
-def usage(calls: list[CallRecord]) -> dict[str, Any]:
-    """What a rollout used, for rewards: cost, latency, tokens, and calls per node and per endpoint."""
-    by_node: dict[str, int] = {}
-    by_endpoint: dict[str, dict[str, float]] = {}
-    for c in calls:
-        by_node[c.node] = by_node.get(c.node, 0) + 1
-        e = by_endpoint.setdefault(c.endpoint, {"calls": 0, "cost": 0.0, "latency_s": 0.0, "tokens": 0})
-        e["calls"] += 1
-        e["cost"] += c.cost
-        e["latency_s"] += c.latency_s
-        e["tokens"] += c.prompt_tokens + c.completion_tokens
-    return {
-        "cost": sum(c.cost for c in calls),
-        "latency_s": sum(c.latency_s for c in calls),
-        "prompt_tokens": sum(c.prompt_tokens for c in calls),
-        "completion_tokens": sum(c.completion_tokens for c in calls),
-        "calls": by_node,
-        "endpoints": by_endpoint,
-    }
+        return finish_samples(r.samples, reward, self.plan.reward, r.status, r.inp.rollout_id, r.node_rewards)
 
 
 def _str_or_none(value: Any) -> str | None:
     return None if value is None else str(value)
-
-
-def _is_message(x: Any) -> bool:
-    return (
-        isinstance(x, Mapping)
-        and isinstance(x.get("role"), str)
-        and (x.get("content") is None or isinstance(x.get("content"), (str, list)))
-    )
-
-
-def _excerpt(value: Any, n: int = 80) -> str:
-    text = repr(value)
-    return f"{type(value).__name__} {text[:n]}{'...' if len(text) > n else ''}"
-
-
-def _lone_surrogate(value: Any) -> str | None:
-    """The first lone surrogate in the strings of `value` (nested lists/dicts/keys), else None."""
-    t = type(value)
-    if t is str or (t is not dict and t is not list and isinstance(value, str)):
-        if value.isascii():
-            return None
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            return value[exc.start]
-        return None
-    if t is dict or (t is not list and isinstance(value, Mapping)):
-        for k, v in value.items():
-            bad = _lone_surrogate(k) or _lone_surrogate(v)
-            if bad:
-                return bad
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            bad = _lone_surrogate(v)
-            if bad:
-                return bad
-    return None
-
-
-def _copy(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _copy(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_copy(v) for v in value]
-    return value

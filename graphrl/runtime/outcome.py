@@ -90,7 +90,8 @@ def settle(plan: Plan, res: Any, *, evaluation: bool = False, scored_elsewhere: 
         if status in ("aborted", "failed") or (status == "truncated" and i == len(samples) - 1):
             s_status = status  # the rollout's end decides for its last sample
         # credit `last`: only the final sample trains; the earlier ones stay out of the loss
-        superseded = not evaluation and credit == "last" and i < len(samples) - 1
+        # (a sample with its own node reward is never superseded: it is scored on its own)
+        superseded = not evaluation and credit == "last" and i < len(samples) - 1 and "own_reward" not in s.metadata
         out.append(SampleOutcome(s, s_status, reward, remove=not ok or superseded))
     placeholder = None
     if not out:

@@ -14,8 +14,9 @@ from typing import Any, Protocol
 from ..engines.base import Generation
 from ..plan import Plan
 from .ledger import CallRecord, SampleBuilder, TrainingSample
+from .renderers import ModelRenderers
 from .scope import Renderer
-from .services import Endpoints, ToolRunner
+from .services import Endpoints, RolloutResources, ToolRunner
 from .trained_thread import TrainedThread
 
 
@@ -59,6 +60,8 @@ class RolloutState:
     engine_s: float = 0.0
     status: str = "completed"
     error: str | None = None
+    resources: RolloutResources = field(default_factory=RolloutResources)  # closed when the rollout ends
+    node_rewards: dict[tuple[str, int], float] = field(default_factory=dict)  # (node, visit) -> its own reward
     aborted_by: str | None = None  # "engine" | "caller" | "graph" when status is aborted
 
 
@@ -66,6 +69,7 @@ class StepServices(Protocol):
     plan: Plan
     render: Renderer
     endpoints: Endpoints
+    renderers: ModelRenderers
     tools: ToolRunner
     sampling: dict[str, Any]
     clock: Callable[[], float]
@@ -74,6 +78,8 @@ class StepServices(Protocol):
     def thread(self, r: RolloutState, name: str) -> TrainedThread: ...
 
     def messages(self, path: tuple, prompt: Any, ctx: dict[str, Any]) -> list[dict[str, Any]]: ...
+
+    def plain_text(self, path: tuple, value: Any) -> Any: ...
 
     async def generate(
         self, r: RolloutState, model: str, ids: tuple[int, ...], params: dict[str, Any], nid: str, visit: int

@@ -41,9 +41,14 @@ class NodeResult(dict):
 class Renderer:
     """Compiles each template/expression of a plan once and renders it with located errors."""
 
-    def __init__(self, plan: Plan):
+    def __init__(self, plan: Plan, count_tokens: Callable[[str, str], int] | None = None):
+        """`count_tokens(text, model)`: the `token_count` filter (the model's tokenizer; policy by default)."""
         self.plan = plan
         self.env = make_env()
+        if count_tokens is not None:
+            self.env.filters["token_count"] = lambda value, model="policy": count_tokens(
+                value if isinstance(value, str) else _as_text(value), model
+            )
         self._cache: dict[tuple[str, str], Callable[[dict], Any]] = {}
 
     def _compiled(self, text: str, mode: str) -> Callable[[dict], Any]:
@@ -223,3 +228,10 @@ def merge_state(state: dict[str, Any], name: str, decl: StateVar, value: Any) ->
     if decl.max_items is not None and len(items) > decl.max_items:
         items = items[-decl.max_items :] if isinstance(items, list) else dict(list(items.items())[-decl.max_items :])
     state[name] = items
+
+
+def _as_text(value: Any) -> str:
+    """A value `token_count` counts: messages by their contents, other lists item by item, else str()."""
+    if isinstance(value, (list, tuple)):
+        return "".join(_as_text(v.get("content", "") if isinstance(v, dict) else v) for v in value)
+    return "" if value is None else str(value)

@@ -92,8 +92,46 @@ class ToolResult:
     data: Any = None  # a user tool's structured return value (dict), if any
 
 
+class RolloutResources:
+    """What one rollout owns and must release at its end, whatever happened (python sessions,
+    environments): objects by key, each closed once by `close()` (sync or async `close`, in reverse
+    order of creation). Errors while closing are collected, never raised into the rollout's result."""
+
+    def __init__(self) -> None:
+        self._items: dict[str, Any] = {}
+        self.close_errors: list[str] = []
+
+    def get(self, key: str) -> Any:
+        return self._items.get(key)
+
+    def put(self, key: str, item: Any) -> Any:
+        self._items[key] = item
+        return item
+
+    async def close(self) -> None:
+        items, self._items = list(self._items.items()), {}
+        for key, item in reversed(items):
+            close = getattr(item, "close", None)
+            if close is None:
+                continue
+            try:
+                done = close()
+                if asyncio.iscoroutine(done):
+                    await done
+            except Exception as exc:  # a user environment's close may raise anything
+                self.close_errors.append(f"{key}: {type(exc).__name__}: {exc}")
+
+
 class ToolRunner(Protocol):
-    async def call(self, tool: str, args: dict[str, Any], *, timeout: float, max_chars: int | None) -> ToolResult: ...
+    async def call(
+        self,
+        tool: str,
+        args: dict[str, Any],
+        *,
+        timeout: float,
+        max_chars: int | None,
+        resources: RolloutResources | None = None,
+    ) -> ToolResult: ...
 
     async def close(self) -> None: ...
 
@@ -104,5 +142,5 @@ JudgeFn = Callable[[str, list[dict[str, Any]], int], Awaitable[str]]
 
 class RewardScorer(Protocol):
     async def score(
-        self, fn: str, args: dict[str, Any], *, judge_model: str | None, judge: JudgeFn
+        self, fn: str, args: dict[str, Any], *, judge_model: str | None, judge: JudgeFn, env: Any = None
     ) -> float | dict[str, Any]: ...

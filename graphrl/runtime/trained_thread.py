@@ -55,9 +55,10 @@ class TrainedThread:
         if self.sample is not None and ids:
             self.sample.append(ids, mask=0, node=owner[0], visit=owner[1], kind="observation")
 
-    def prepare(self, on_drift: str, *, node: str, visit: int) -> tuple[int, ...]:
-        """Render what was queued; the observation tokens go into the sample (mask 0)."""
-        delta = self.chat.prepare(on_drift)
+    def prepare(self, on_drift: str, *, node: str, visit: int, budget: int | None = None) -> tuple[int, ...]:
+        """Render what was queued; the observation tokens go into the sample (mask 0). A drift or a
+        budget truncation restarts the thread: a new sample."""
+        delta = self.chat.prepare(on_drift, budget)
         if self.sampled:
             if delta.kind == "prompt":  # first call, or a drift restart: a new sample
                 self.sample = SampleBuilder(delta.ids, rollout_id=self._rollout_id)

@@ -25,9 +25,26 @@ class Signature:
 
 
 BUILTIN_TOOLS: dict[str, Signature] = {
-    "python": Signature(("code",), ("stdin",), "run code in a sandboxed subprocess; the observation is stdout+stderr"),
+    "python": Signature(
+        ("code",),
+        ("stdin", "session", "strict"),
+        "run code in a sandboxed subprocess (session: true keeps one interpreter per rollout); the observation is stdout+stderr",
+    ),
     "retrieve": Signature(("query", "url"), ("topk",), "POST /retrieve {queries, topk}; numbered documents"),
+    "env_step": Signature(
+        ("action",),
+        (),
+        "the rollout's environment: env.step(action); the observation, plus done / reward / info when it gives them",
+    ),
 }
+# built-in tools' result fields (besides text, ok, error), for templates that read them
+TOOL_FIELDS: dict[str, tuple[str, ...]] = {
+    "python": ("exit_status", "sandbox", "session_calls", "fresh_session"),
+    "retrieve": (),
+    "env_step": ("done", "reward", "info"),
+}
+# what needs a graph-level `environment:`
+NEEDS_ENVIRONMENT = frozenset({"env_step", "env_reward"})
 
 BUILTIN_REWARDS: dict[str, Signature] = {
     "exact_match": Signature(
@@ -60,6 +77,8 @@ BUILTIN_REWARDS: dict[str, Signature] = {
     "tool_use": Signature(
         ("calls",), ("min",), "1.0 when `calls` (a number, e.g. from usage.calls) >= min (1), else 0.0"
     ),
+    "env_reward": Signature((), (), "the rollout's environment: env.reward() (a float, or a dict with the reward key)"),
+    "value": Signature(("value",), (), "the value itself as a float (a template computes it)"),
 }
 
 BUILTIN_GROUP_REWARDS: dict[str, Signature] = {

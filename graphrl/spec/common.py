@@ -98,6 +98,17 @@ def snake(name: str) -> str:
     return out.strip("_")
 
 
+class NodeReward(_Base):
+    """A reward per visit of an llm node (each item of a foreach too): scored right after the visit, with
+    `output` bound; the sample holding that visit's tokens trains on it (slime: each sample its own reward)."""
+
+    fn: str = Field(description="built-in reward name or module:function")
+    args: dict[str, Any] = Field(
+        default_factory=dict, description="keyword arguments (templates; `output` is the visit's result)"
+    )
+    key: str | None = Field(None, description="for dict results: the key the sample trains on (default: score)")
+
+
 class Branch(_Base):
     """One outgoing edge: `goto` a node (or end/abort) `when` the expression is true (no `when`: default)."""
 

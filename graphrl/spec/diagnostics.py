@@ -48,11 +48,15 @@ CODES: dict[str, tuple[str, str]] = {
     "E306": ("unknown-thread", "a node continues or appends to a thread that is not declared"),
     "E307": ("unknown-state", "a node writes a state variable that is not declared"),
     "E308": ("unknown-constant", "a `$NAME` value names no constant"),
+    "E309": ("no-environment", "env_step, env_reward or an `env` parameter used by a graph with no `environment:`"),
+    "E310": ("completion-mode-conflict", "completion mode mixed with chat turns in a thread, or given tool schemas"),
+    "E311": ("reward-untrained-node", "a node reward on a node whose tokens are not trained"),
     "E401": ("trained-frozen-model", "a trained node runs on a frozen (non-policy) model"),
     "W402": ("no-trained-node", "no node is trained: the graph produces no training signal"),
     "E403": ("fanout-incompatible", "a fan-out graph combined with slime settings that break it"),
     "W404": ("context-overflow", "the worst-case token count can exceed the declared context length"),
     "W405": ("untrained-policy-sample", "a policy node enters a training sample with no trained tokens"),
+    "W406": ("history-rewrite", "a thread is re-rendered with a chat template that rewrites earlier turns"),
 }
 
 

@@ -38,7 +38,12 @@ def make_env() -> Environment:
     """The environment of graph templates and expressions: sandboxed, strict about undefined names."""
     env = _GraphSandbox(undefined=StrictUndefined, keep_trailing_newline=True, autoescape=False)
     env.filters["snake"] = lambda s: re.sub(r"[^0-9a-z]+", "_", str(s).lower()).strip("_")
+    env.filters["token_count"] = _no_tokenizer  # the runtime's Renderer binds the model's tokenizer
     return env
+
+
+def _no_tokenizer(value: Any, model: str = "policy") -> int:
+    raise RuntimeError("token_count needs a tokenizer: it is only available while a graph runs")
 
 
 @dataclass(frozen=True)

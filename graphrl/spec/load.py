@@ -395,7 +395,40 @@ def _read_template_files(
                     f"{spec.templates!r} is relative to the graph file)"
                 )
                 diags.append(Diagnostic("E007", what, loc.span(path), did_you_mean(tfile.name, near) or where))
+    for name, decl in spec.models.items():
+        if decl.chat_template is not None:
+            path = ("models", name, "chat_template")
+            src = _read_chat_template(decl.chat_template, Path(file).parent, root, spec, loc.span(path), diags)
+            if src is not None:
+                out[path] = src
     return out
+
+
+def _read_chat_template(
+    name: str, graph_dir: Path, root: Path, spec: GraphSpec, span: Span | None, diags: list[Diagnostic]
+) -> TemplateSource | None:
+    """A model's chat-template file: relative to the graph file, confined like prompt files (inside
+    the templates folder unless templates_outside: true), a regular text file of at most 1 MiB."""
+    tfile = graph_dir / name
+    try:
+        text = _read_template(tfile, root, outside_ok=spec.templates_outside)
+        return TemplateSource(text, str(tfile), 1, 1, inline=False)
+    except _TemplateRefused as exc:
+        diags.append(Diagnostic("E007", f"chat_template: {exc}", span, exc.hint))
+    except (OSError, UnicodeDecodeError) as exc:
+        near = (
+            [p.name for p in tfile.parent.iterdir() if p.suffix in (".jinja", ".j2", ".jinja2")]
+            if tfile.parent.is_dir()
+            else []
+        )
+        what = (
+            f"chat template file not found: {tfile}"
+            if isinstance(exc, FileNotFoundError)
+            else f"cannot read chat template file {tfile}: {getattr(exc, 'strerror', None) or exc}"
+        )
+        hint = did_you_mean(tfile.name, near) or f"chat_template: is relative to the graph file ({graph_dir})"
+        diags.append(Diagnostic("E007", what, span, hint))
+    return None
 
 
 MAX_TEMPLATE_BYTES = 1 << 20  # a prompt template larger than 1 MiB is refused
@@ -461,6 +494,9 @@ def _sites(g: Graph) -> Iterator[Site]:
         for i, b in enumerate(getattr(n, "next", None) or ()):
             if b.when is not None:
                 yield site(base + ("next", i, "when"), b.when, "expression", nid)
+    if spec.environment:
+        for p, t in walk_strings(spec.environment.args, ("environment", "args")):
+            yield site(p, t, "template", None)
     if spec.reward:
         for path, _, args in spec.reward.items():
             for p, t in walk_strings(args, path):

@@ -75,6 +75,27 @@ class ModelDecl(_Base):
         gt=0,
         description="seconds one request to this endpoint may take (default: graphrl run --engine-timeout, 900)",
     )
+    chat_template: str | None = Field(
+        None,
+        description="a chat-template file (.jinja, .j2, .jinja2), relative to the graph file, rendered "
+        "instead of the tokenizer's chat template",
+    )
+    chat_template_kwargs: dict[str, Any] | None = Field(
+        None, description="variables passed to every render of the chat template, e.g. {enable_thinking: false}"
+    )
+    completion: bool | None = Field(
+        None,
+        description="completion mode: no chat template; a prompt is its messages' text as written, "
+        "tokenised as is (base models)",
+    )
+
+    @model_validator(mode="after")
+    def _one_mode(self) -> ModelDecl:
+        if self.completion and (self.chat_template is not None or self.chat_template_kwargs):
+            raise ValueError(
+                "completion: true means no chat template: remove chat_template / chat_template_kwargs, or completion"
+            )
+        return self
 
 
 class InputDecl(_Base):
@@ -97,6 +118,21 @@ class StateVar(_Base):
     cut: Literal["middle", "start", "end"] = Field("middle", description="where over-long strings are cut")
 
 
+class EnvironmentDecl(_Base):
+    """A per-rollout stateful environment: a user class, made at the rollout's start and closed at its end."""
+
+    class_: str = Field(
+        alias="class",
+        description="module:Class next to the graph; made with args, then reset() (its return value is "
+        "`env` in templates), step(action) through the env_step tool, reward() through the env_reward "
+        "reward, close() at the rollout's end (each optional, sync or async)",
+    )
+    args: dict[str, Any] = Field(
+        default_factory=dict, description="keyword arguments (templates over inputs, constants and the row)"
+    )
+    timeout: float = Field(30.0, gt=0, description="seconds allowed for each of make+reset, step, reward and close")
+
+
 class Thread(_Base):
     """An append-only conversation: its opening messages and optional tool schemas."""
 
@@ -104,8 +140,17 @@ class Thread(_Base):
     tools: str | None = Field(
         None, description="template whose value is a list of tool JSON schemas for the chat template"
     )
+    max_tokens: int | None = Field(
+        None,
+        ge=16,
+        description="token budget of the thread: before a call that would send more, the oldest messages "
+        "after the opening ones are dropped (a new training sample starts from the shortened conversation)",
+    )
     on_drift: Literal["new_sample", "fail"] = Field(
-        "fail", description="what to do when the chat template is not append-only for a transition"
+        "fail",
+        description="when re-rendering the thread does not reproduce the ids already sent (a chat template "
+        "that rewrites history, e.g. drops earlier <think> blocks): start a new training sample from the "
+        "re-rendered conversation, or fail the rollout",
     )
 
 
@@ -145,6 +190,11 @@ class Reward(_Base):
         "sample trains; earlier ones are kept out of the loss)",
     )
     discount: float = Field(1.0, gt=0, le=1, description="credit: discounted: the factor per later sample")
+    node_rewards: Literal["own", "times", "plus"] = Field(
+        "own",
+        description="samples of nodes with their own reward: train on it (own), on it times this rollout "
+        "reward (times), or on it plus this reward (plus); samples without one get credit as usual",
+    )
     group: GroupReward | None = None
 
     @model_validator(mode="after")
@@ -200,4 +250,5 @@ class GraphSpec(_Base):
     start: str | None = None
     nodes: dict[str, AnyNode] = Field(min_length=1, description="node id -> node (llm, tool, switch, or update-only)")
     reward: Reward | None = None
+    environment: EnvironmentDecl | None = None
     limits: Limits = Field(default_factory=Limits)

@@ -1,16 +1,23 @@
 """Sandbox launcher: runs as the child of `run_python`, isolates itself, then execs the user's code.
 
-Input: argv[1] = JSON config {python, script, workdir, cpu_s, memory_bytes, file_bytes, max_procs,
-cgroup, report_fd}. Output: the user's program (stdout/stderr inherited), its exit status passed up
-(a signal N as 128 + N), and one JSON report written to `report_fd` just before the exec: which
-isolation steps held and why the others did not.
+Input: argv[1] = JSON config {backend, python, script, workdir, strict, strict_paths, disk_bytes, cpu_s,
+memory_bytes, file_bytes, max_procs, cgroups, report_fd, bwrap}. Output: the user's program
+(stdout/stderr inherited), its exit status passed up (a signal N as 128 + N), and one JSON report
+written to `report_fd` just before the exec: which isolation steps held and why the others did not.
 
-Run with `python -I -S` and the standard library only (it never imports graphrl). Three processes:
+Run with `python -I -S` and the standard library only (it never imports graphrl).
 
-  L0 (this process)    joins the pids cgroup, unshares namespaces, forks L1, waits for it
-  L1 (pid 1 when new)  private mounts: fresh /proc, minimal /dev, everything read-only except the
-                       work directory; forks L2, reaps orphans, exits when L2 exits
-  L2                   rlimits, drops every capability and sets no_new_privs, execs python
+backend "bubblewrap": this process joins the call's cgroups, sets the rlimits, hands bubblewrap a
+seccomp program (no unix-domain sockets, no io_uring) and execs it with the argument list the parent
+built (`bwrap` does the namespaces, mounts and capability drop; it is well kept and used by Flatpak).
+
+backend "launcher" (the fallback, hand-written): three processes:
+
+  L0 (this process)    joins the cgroups, unshares namespaces, forks L1, waits for it
+  L1 (pid 1 when new)  private mounts: fresh /proc, minimal /dev, a size-limited tmpfs as the work
+                       directory, everything else read-only (strict: a new root holding only the
+                       interpreter, /usr and the libraries); forks L2, reaps orphans, exits with L2
+  L2                   rlimits, drops every capability, no_new_privs, the seccomp program, execs python
 
 Every step is best effort: a step the OS refuses is recorded in the report and the next one still
 runs. When L1 is pid 1 of a new pid namespace, its exit (or death: it gets SIGKILL when L0 dies)
@@ -18,10 +25,12 @@ makes the kernel kill every process left in the namespace, including ones that l
 """
 
 import ctypes
+import errno
 import json
 import os
 import resource
 import signal
+import struct
 import sys
 
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
@@ -31,6 +40,10 @@ KEEP_FLAGS = MS_NOSUID | MS_NODEV | MS_NOEXEC | 1024 | 2048 | 4096  # + noatime,
 PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_SECUREBITS, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 1, 24, 28, 38, 47
 SECURE_NOROOT_ALL = 0x3 | 0xC | 0x30  # noroot, no_setuid_fixup, keep_caps_locked (+ their locks)
 DEVICES = ("null", "zero", "full", "random", "urandom")
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+# (AUDIT_ARCH, socket, socketpair, io_uring_setup) per machine; other machines get no filter (reported)
+SYSCALLS = {"x86_64": (0xC000003E, 41, 53, 425), "aarch64": (0xC00000B7, 198, 199, 425)}
+AF_UNIX, SOCK_DGRAM = 1, 2
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -50,6 +63,64 @@ def _mount(source, target, fstype, flags, data=None):
 def _write(path, text):
     with open(path, "w") as f:
         f.write(text)
+
+
+def seccomp_program(machine=None):
+    """The classic-BPF program (bytes of `struct sock_filter`) that refuses unix-domain sockets.
+
+    socket(AF_UNIX, ...) fails with EACCES, so no socket file on the host (a database's, a container
+    runtime's) can be connected to or sent to; socketpair() stays for SOCK_STREAM / SOCK_SEQPACKET
+    (asyncio's self-pipe uses it; a connected pair cannot be pointed elsewhere) and is refused for
+    SOCK_DGRAM (whose sendto() takes any path). io_uring_setup fails (its socket operations would
+    bypass the filter); another ABI (x32, or 32-bit calls from a 64-bit process) kills the process.
+    None on a machine without a table entry.
+    """
+    entry = SYSCALLS.get(machine or os.uname().machine)
+    if entry is None:
+        return None
+    audit, nr_socket, nr_pair, nr_uring = entry
+    ld, jeq, jge, and_, ret = 0x20, 0x15, 0x35, 0x54, 0x06
+    allow, kill = 0x7FFF0000, 0x80000000
+    deny = lambda err: 0x00050000 | err  # SECCOMP_RET_ERRNO
+    prog = [
+        (ld, 0, 0, 4),  # 0: arch
+        (jeq, 1, 0, audit),  # 1: ours -> 3
+        (ret, 0, 0, kill),  # 2
+        (ld, 0, 0, 0),  # 3: syscall number
+        (jge, 0, 1, 0x40000000),  # 4: x32 -> 5, else 6
+        (ret, 0, 0, deny(errno.ENOSYS)),  # 5
+        (jeq, 0, 1, nr_uring),  # 6: -> 7, else 8
+        (ret, 0, 0, deny(errno.EPERM)),  # 7
+        (jeq, 0, 3, nr_socket),  # 8: -> 9, else 12
+        (ld, 0, 0, 16),  # 9: args[0] (domain)
+        (jeq, 0, 6, AF_UNIX),  # 10: -> 11, else 17
+        (ret, 0, 0, deny(errno.EACCES)),  # 11
+        (jeq, 0, 4, nr_pair),  # 12: -> 13, else 17
+        (ld, 0, 0, 24),  # 13: args[1] (type and flags)
+        (and_, 0, 0, 0xF),  # 14: the type alone
+        (jeq, 0, 1, SOCK_DGRAM),  # 15: -> 16, else 17
+        (ret, 0, 0, deny(errno.EACCES)),  # 16
+        (ret, 0, 0, allow),  # 17
+    ]
+    return b"".join(struct.pack("=HBBI", *ins) for ins in prog)
+
+
+def _seccomp(report):
+    """Install `seccomp_program()` on this process (no_new_privs must be set already)."""
+    prog = seccomp_program()
+    if prog is None:
+        report["errors"].append(f"seccomp: no filter for {os.uname().machine}: unix sockets stay reachable")
+        return
+
+    class Fprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+    fprog = Fprog(len(prog) // 8, prog)
+    try:
+        _call("prctl", PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0)
+        report["unix_sockets_blocked"] = True
+    except OSError as exc:
+        report["errors"].append(f"seccomp: {exc}")
 
 
 def _unshare(report):
@@ -86,8 +157,8 @@ def _mountpoints():
     return points
 
 
-def _minimal_dev(workdir, report):
-    """A private tmpfs on /dev holding only null, zero, full, random, urandom (bound from the host)."""
+def _minimal_dev(workdir, report, target):
+    """A private tmpfs on `target` (/dev) holding only null, zero, full, random, urandom (bound from the host)."""
     stage = os.path.join(workdir, ".graphrl-dev")
     os.mkdir(stage)
     _mount("tmpfs", stage, "tmpfs", MS_NOSUID | MS_NOEXEC, "size=16m,mode=755")
@@ -95,28 +166,80 @@ def _minimal_dev(workdir, report):
         open(os.path.join(stage, name), "w").close()
         _mount("/dev/" + name, os.path.join(stage, name), None, MS_BIND)
     os.mkdir(os.path.join(stage, "shm"), 0o1777)
-    for name, target in (
+    for name, link in (
         ("fd", "/proc/self/fd"),
         ("stdin", "/proc/self/fd/0"),
         ("stdout", "/proc/self/fd/1"),
         ("stderr", "/proc/self/fd/2"),
     ):
-        os.symlink(target, os.path.join(stage, name))
-    _mount(stage, "/dev", None, MS_MOVE)
+        os.symlink(link, os.path.join(stage, name))
+    _mount(stage, target, None, MS_MOVE)
     os.rmdir(stage)
     report["dev_minimal"] = True
 
 
-def _filesystem(workdir, report):
-    """Private mount tree: fresh /proc, everything read-only but the work directory, minimal /dev."""
+def _workdir_tmpfs(cfg, target, report):
+    """A tmpfs of `disk_bytes` at `target` holding the script: every byte the code writes counts."""
+    script = os.path.join(cfg["workdir"], cfg["script"])
+    with open(script, "rb") as f:
+        code = f.read()
+    _mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, f"size={cfg['disk_bytes']},mode=700")
+    with open(os.path.join(target, cfg["script"]), "wb") as f:
+        f.write(code)
+    report["disk_limit"] = f"tmpfs:{cfg['disk_bytes']}"
+
+
+def _strict_root(cfg, report):
+    """Replace / by a tmpfs holding read-only binds of `strict_paths` (interpreter, /usr, libraries),
+    the work directory, /proc and a minimal /dev; nothing else of the host is reachable."""
+    workdir = cfg["workdir"]
+    new = os.path.join(workdir, ".graphrl-root")
+    os.mkdir(new)
+    _mount("tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
+    for path, link in cfg["strict_paths"]:
+        dest = new + path
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        if link is not None:
+            os.symlink(link, dest)
+            continue
+        os.makedirs(dest, exist_ok=True)
+        _mount(path, dest, None, MS_BIND | MS_REC)
+        _mount(None, dest, None, MS_REMOUNT | MS_BIND | MS_RDONLY | (os.statvfs(dest).f_flag & KEEP_FLAGS))
+    os.makedirs(new + workdir)
+    _workdir_tmpfs(cfg, new + workdir, report)
+    os.mkdir(new + "/proc")
+    _mount("proc", new + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    report["proc_private"] = bool(report.get("pid_namespace"))
+    os.mkdir(new + "/dev")
+    _minimal_dev(new + workdir, report, new + "/dev")
+    os.chdir(new)
+    _mount(new, "/", None, MS_MOVE)
+    _libc.chroot(b".")  # capabilities are dropped before the code runs, so it cannot chroot back out
+    os.chdir("/")
+    _mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    report["filesystem_readonly"] = True
+    report["strict_root"] = True
+
+
+def _filesystem(cfg, report):
+    """Private mount tree: fresh /proc, everything read-only but the work directory (a size-limited
+    tmpfs), minimal /dev; or, strict, a new root (`_strict_root`)."""
+    workdir = cfg["workdir"]
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    if cfg.get("strict"):
+        _strict_root(cfg, report)
+        return
     if report.get("pid_namespace"):
         try:
             _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
             report["proc_private"] = True
         except OSError as exc:
             report["errors"].append(f"fresh /proc: {exc}")
-    _mount(workdir, workdir, None, MS_BIND)
+    try:
+        _workdir_tmpfs(cfg, workdir, report)
+    except OSError as exc:
+        report["errors"].append(f"work directory tmpfs: {exc}")
+        _mount(workdir, workdir, None, MS_BIND)
     points = [mp for mp in _mountpoints() if mp != workdir]
     for mp in points:
         try:
@@ -135,7 +258,7 @@ def _filesystem(workdir, report):
     if failed:
         report["errors"].append("still writable: " + ", ".join(failed[:5]))
     try:
-        _minimal_dev(workdir, report)
+        _minimal_dev(workdir, report, "/dev")
     except OSError as exc:
         report["errors"].append(f"minimal /dev: {exc}")
 
@@ -196,6 +319,49 @@ def _die_with_parent():
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
+def _join_cgroups(cfg, report):
+    """Join the call's cgroups (made by the parent): pids.max and the memory limit of the whole call."""
+    for group in cfg.get("cgroups") or []:
+        try:
+            _write(os.path.join(group["path"], "cgroup.procs"), str(os.getpid()))
+        except OSError as exc:
+            report["errors"].append(f"{group['kind']} cgroup: {exc}")
+            continue
+        if group["kind"] in ("pids", "unified"):
+            report["process_limit"] = f"cgroup:{cfg['max_procs']}"
+        if group["kind"] in ("memory", "unified"):
+            report["memory_limit"] = f"cgroup:{cfg['memory_bytes']}"
+
+
+def _exec_bubblewrap(cfg, report, report_fd):
+    """L0 of the bubblewrap backend: limits here, isolation by `bwrap`, the seccomp program through a pipe."""
+    _limits(cfg, report)
+    prog = seccomp_program()
+    argv = [cfg["bwrap"]]
+    if prog is None:
+        report["errors"].append(f"seccomp: no filter for {os.uname().machine}: unix sockets stay reachable")
+    else:
+        r, w = os.pipe()
+        os.write(w, prog)
+        os.close(w)
+        os.set_inheritable(r, True)
+        argv += ["--seccomp", str(r)]
+        report["unix_sockets_blocked"] = True
+    # `bwrap_args` come from the parent (python_exec.bubblewrap_args): namespaces, mounts, caps, env
+    argv += cfg["bwrap_args"]
+    fd = os.open(os.path.join(cfg["workdir"], cfg["script"]), os.O_RDONLY)
+    os.set_inheritable(fd, True)
+    argv = [str(fd) if a == "{script_fd}" else a for a in argv]
+    report.update(cfg["bwrap_claims"])
+    os.write(report_fd, json.dumps(report).encode())
+    os.close(report_fd)
+    try:
+        os.execv(cfg["bwrap"], argv)
+    except OSError as exc:
+        os.write(2, f"sandbox: cannot start bubblewrap: {exc}\n".encode())
+        os._exit(126)
+
+
 def main():
     cfg = json.loads(sys.argv[1])
     # L0 dies with the graphrl process that started it (SIGKILL included): then L1 gets its own
@@ -205,8 +371,11 @@ def main():
     if cfg.get("parent_pid") and os.getppid() != cfg["parent_pid"]:
         os._exit(137)
     report_fd = cfg["report_fd"]
+    backend = cfg.get("backend", "launcher")
     report = {
         "launcher": True,
+        "backend": backend,
+        "strict_root": False,
         "user_namespace": False,
         "network_isolated": False,
         "pid_namespace": False,
@@ -215,42 +384,47 @@ def main():
         "filesystem_readonly": False,
         "dev_minimal": False,
         "capabilities_dropped": False,
+        "unix_sockets_blocked": False,
         "process_limit": None,
+        "memory_limit": f"rlimit-per-process:{cfg['memory_bytes']}",
+        "disk_limit": None,
         "rlimits": {},
         "errors": [],
     }
     cfg["real_root"] = os.getuid() == 0
-    if cfg.get("cgroup"):
-        try:
-            _write(os.path.join(cfg["cgroup"], "cgroup.procs"), str(os.getpid()))
-            report["process_limit"] = f"cgroup:{cfg['max_procs']}"
-        except OSError as exc:
-            report["errors"].append(f"pids cgroup: {exc}")
-    if cfg.get("isolate", True):
+    _join_cgroups(cfg, report)
+    if backend == "bubblewrap":
+        _exec_bubblewrap(cfg, report, report_fd)
+    if backend != "none":
         _unshare(report)
     l1 = os.fork()
     if l1:
         os.close(report_fd)
-        sys.exit(_wait_for(l1))
+        os._exit(_wait_for(l1))  # no interpreter teardown: the call ends as soon as its code does
     # L1: pid 1 of the new pid namespace (when there is one)
     _die_with_parent()
     if report["mount_namespace"]:
         try:
-            _filesystem(cfg["workdir"], report)
+            _filesystem(cfg, report)
         except OSError as exc:
             report["errors"].append(f"mounts: {exc}")
+    if cfg.get("strict") and not report["strict_root"]:  # fail closed: never run strict code unconfined
+        os.write(2, f"sandbox: strict mode unavailable here: {'; '.join(report['errors'])}\n".encode())
+        os._exit(126)
     l2 = os.fork()
     if l2:
         os.close(report_fd)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, signal.SIG_IGN)  # only the parent's SIGKILL (or L0's death) ends L1
-        sys.exit(_wait_for(l2))
+        os._exit(_wait_for(l2))
     # L2: becomes the user's program
     _die_with_parent()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
     _limits(cfg, report)
     _drop_capabilities(report)
+    if backend != "none" and report["capabilities_dropped"]:
+        _seccomp(report)
     os.write(report_fd, json.dumps(report).encode())
     os.close(report_fd)
     os.chdir(cfg["workdir"])

@@ -11,9 +11,12 @@ files); a new session whose whole process group is killed on timeout or when the
 cap; output read in chunks, never more than the cap held in memory.
 Where Linux allows (root, or unprivileged user namespaces): new network namespace (no network, not
 even loopback), pid namespace (every descendant dies with the sandbox), mount namespace (a fresh
-/proc, a minimal /dev, every file system read-only except the working directory), no capabilities,
-no_new_privs; as root also a pids cgroup (root is exempt from RLIMIT_NPROC).
-Never: it is not a VM — same kernel, and the code can read whatever files the user can read.
+/proc, a minimal /dev, every file system read-only, the working directory a tmpfs of `disk_bytes`),
+no capabilities, no_new_privs, a seccomp filter refusing unix-domain sockets; as root also a cgroup
+per call (pids.max, and one memory limit for all the call's processes).
+Backends (`sandbox_host.SandboxPolicy`): bubblewrap where it is installed and works, else the
+hand-written launcher; strict mode swaps the host's file system for a minimal root.
+Never: it is not a VM — same kernel; outside strict mode the code can read what the user can read.
 """
 
 from __future__ import annotations
@@ -24,18 +27,28 @@ import os
 import shutil
 import signal
 import sys
-import tempfile
-import uuid
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from ..runtime.services import ToolResult
+from .sandbox_host import (
+    MEMORY_BYTES,
+    SandboxPolicy,
+    bubblewrap_args,
+    bubblewrap_works,
+    make_cgroups,
+    make_workdir,
+    resolve_backend,
+    rmdir,
+    strict_paths,
+    strict_python,
+)
 
 OUTPUT_CAP = 1 << 20  # bytes of output kept; more kills the program
-MEMORY_BYTES = 1 << 30  # address space per process
 FILE_BYTES = 16 << 20  # largest file the code may write
-MAX_PROCS = 64  # processes (and threads) at once
 LAUNCHER = Path(__file__).with_name("_sandbox_launcher.py")
-CGROUP_ROOTS = ("/sys/fs/cgroup/pids", "/sys/fs/cgroup")  # cgroup v1 pids hierarchy, or v2
+__all__ = ["MEMORY_BYTES", "OUTPUT_CAP", "SandboxPolicy", "run_python", "sandbox_report"]
 _ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
     "PYTHONIOENCODING": "utf-8",
@@ -47,28 +60,52 @@ _ENV = {
 }
 
 
-async def run_python(code: str, *, timeout: float = 30.0, stdin: str | None = None, isolate: bool = True) -> ToolResult:
-    """Run `code` as a script; `isolate=False` skips the namespaces (rlimits and the rest still apply)."""
-    workdir = os.path.realpath(tempfile.mkdtemp(prefix="graphrl-py-"))
-    cgroup = _make_cgroup() if isolate and os.geteuid() == 0 else None
+@dataclass
+class Launched:
+    """A sandboxed interpreter started by `launch`: its process, work directory, cgroups and the
+    read end of the launcher's report pipe. `dispose` stops and removes all of it."""
+
+    proc: asyncio.subprocess.Process
+    workdir: str
+    cgroups: list[dict[str, str]]
+    report_r: int
+    policy: SandboxPolicy
+    report: dict | None = None
+
+
+async def launch(code: str, *, cpu_s: int, policy: SandboxPolicy, isolate: bool = True) -> Launched:
+    """Start `code` as main.py in a fresh sandbox under `policy`; stdin and stdout are pipes
+    (stderr joins stdout). The caller owns the result and must `dispose` it."""
+    if isolate and policy.backend != "launcher" and bubblewrap_works.cache_info().currsize == 0:
+        await asyncio.to_thread(bubblewrap_works)  # the one-time probe, off the event loop
+    backend = resolve_backend(policy) if isolate else "none"
+    workdir = make_workdir()
+    cgroups = make_cgroups(policy) if isolate else []
     report_r, report_w = os.pipe()
-    proc = finished = None
     try:
         Path(workdir, "main.py").write_text(code, encoding="utf-8")
+        env = {**_ENV, "HOME": workdir, "TMPDIR": workdir}
+        python = strict_python() if policy.strict and isolate else sys.executable
         cfg = {
-            "python": sys.executable,
+            "backend": backend,
+            "python": python,
             "script": "main.py",
             "workdir": workdir,
-            "isolate": isolate,
-            "cpu_s": max(1, int(timeout) + 1),
-            "memory_bytes": MEMORY_BYTES,
+            "strict": policy.strict and isolate,
+            "strict_paths": strict_paths() if policy.strict and backend == "launcher" else [],
+            "disk_bytes": policy.disk_bytes,
+            "cpu_s": cpu_s,
+            "memory_bytes": policy.memory_bytes,
             "file_bytes": FILE_BYTES,
-            "max_procs": MAX_PROCS,
-            "cgroup": cgroup,
+            "max_procs": policy.max_procs,
+            "cgroups": cgroups,
             "report_fd": report_w,
             "parent_pid": os.getpid(),
-            "env": {**_ENV, "HOME": workdir, "TMPDIR": workdir},
+            "env": env,
         }
+        if backend == "bubblewrap":
+            cfg["bwrap"] = shutil.which("bwrap")
+            cfg["bwrap_args"], cfg["bwrap_claims"] = bubblewrap_args(workdir, env, policy, python)
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-I",
@@ -83,9 +120,105 @@ async def run_python(code: str, *, timeout: float = 30.0, stdin: str | None = No
             start_new_session=True,
             pass_fds=(report_w,),
         )
+    except BaseException:
+        os.close(report_r)
+        shutil.rmtree(workdir, ignore_errors=True)
+        for group in cgroups:
+            await _remove_cgroup(group["path"])
+        raise
+    finally:
         os.close(report_w)
-        report_w = -1
-        feeder = asyncio.create_task(_feed(proc, stdin))
+    return Launched(proc, workdir, cgroups, report_r, policy)
+
+
+async def dispose(run: Launched, finished: asyncio.Task | None = None) -> None:
+    """Stop the process group if it still runs, then remove the work directory and cgroups."""
+    try:
+        if run.proc.returncode is None:
+            await _stop(run.proc, finished)
+    finally:
+        if run.report_r >= 0:
+            os.close(run.report_r)
+            run.report_r = -1
+        shutil.rmtree(run.workdir, ignore_errors=True)
+        for group in run.cgroups:
+            await _remove_cgroup(group["path"])
+
+
+def read_report(run: Launched) -> dict:
+    """The launcher's report (read once, when the program has started; kept on `run`)."""
+    if run.report is None and run.report_r >= 0:
+        run.report = _read_report(run.report_r)
+    return run.report or {"launcher": False, "errors": ["no report"]}
+
+
+class WarmSource(Protocol):
+    """Where already-started sandboxes come from (`sandbox_pool.SandboxPool`): one running `WAITER`
+    under `policy`, never used before, or None (then the call starts its own)."""
+
+    async def take(self, policy: SandboxPolicy) -> Launched | None: ...
+
+    def refill(self) -> None: ...
+
+
+# A warm sandbox's main.py: everything is set up (namespaces, mounts, cgroups, limits, seccomp); it
+# waits for "<cpu seconds> <n>\n" + n bytes of code on stdin, lowers its CPU limit to that, writes the
+# code as main.py and execs a fresh `python -I main.py` with the rest of stdin: from there on the call
+# is exactly a cold one (same interpreter start, pipes, output cap, timeout, exit status).
+WAITER = r"""
+import os, resource, sys
+def take(n):
+    out = b""
+    while len(out) < n:
+        chunk = os.read(0, n - len(out))
+        if not chunk:
+            os._exit(0)
+        out += chunk
+    return out
+head = b""
+while not head.endswith(b"\n"):
+    head += take(1)
+cpu, size = (int(x) for x in head.split())
+code = take(size)
+with open("main.py", "wb") as f:
+    f.write(code)
+use = resource.getrusage(resource.RUSAGE_SELF)
+limit = max(cpu, int(use.ru_utime + use.ru_stime) + 1)
+soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+cap = lambda x, lim: x if lim == resource.RLIM_INFINITY else min(x, lim)
+resource.setrlimit(resource.RLIMIT_CPU, (cap(limit, soft), cap(limit + 1, hard)))
+os.execv(sys.executable, [sys.executable, "-I", "main.py"])
+"""
+
+
+async def run_python(
+    code: str,
+    *,
+    timeout: float = 30.0,
+    stdin: str | None = None,
+    isolate: bool = True,
+    policy: SandboxPolicy | None = None,
+    warm: WarmSource | None = None,
+) -> ToolResult:
+    """Run `code` as a script under `policy` (default: auto backend, not strict); `isolate=False`
+    skips the namespaces, cgroups and seccomp (rlimits and the rest still apply). With `warm`, a
+    sandbox started ahead of time runs it when one is ready (the same guarantees; see `WAITER`)."""
+    policy = policy or SandboxPolicy()
+    cpu_s = max(1, int(timeout) + 1)
+    feed = stdin.encode("utf-8") if stdin else b""
+    run = await warm.take(policy) if warm is not None and isolate else None
+    if run is None:
+        run = await launch(code, cpu_s=cpu_s, policy=policy, isolate=isolate)
+    else:
+        raw = code.encode("utf-8")
+        feed = b"%d %d\n" % (cpu_s, len(raw)) + raw + feed
+        report = read_report(run)  # the waiter lowers the CPU limit to this call's before it runs
+        if "cpu_s" in report.get("rlimits", {}):
+            report["rlimits"]["cpu_s"] = cpu_s
+    proc = run.proc
+    finished = None
+    try:
+        feeder = asyncio.create_task(_feed(proc, feed))
         buf, overflowed = bytearray(), asyncio.Event()
         assert proc.stdout is not None and proc.stdin is not None  # both are pipes
         reader = asyncio.create_task(_drain(proc.stdout, buf, OUTPUT_CAP, overflowed))
@@ -99,43 +232,38 @@ async def run_python(code: str, *, timeout: float = 30.0, stdin: str | None = No
         if not finished.done():
             await _stop(proc, finished)
             if not overflowed.is_set():
-                return _result(bytes(buf), f"[timed out after {timeout:g} s]", "timeout", None, report_r)
+                return _result(bytes(buf), f"[timed out after {timeout:g} s]", "timeout", None, run)
         if overflowed.is_set():
             return _result(
-                bytes(buf), f"[output passed {OUTPUT_CAP} bytes: program stopped]", "output limit", None, report_r
+                bytes(buf), f"[output passed {OUTPUT_CAP} bytes: program stopped]", "output limit", None, run
             )
         out = bytes(buf)
         rc = proc.returncode
         if rc != 0:
             return _result(
-                out, f"[exit status {rc}{_signal_note(rc or 0)}]" if not out else "", f"exit status {rc}", rc, report_r
+                out, f"[exit status {rc}{_signal_note(rc or 0)}]" if not out else "", f"exit status {rc}", rc, run
             )
-        return _result(out, "", None, rc, report_r)
+        return _result(out, "", None, rc, run)
     finally:
-        if proc is not None and proc.returncode is None:  # cancelled, or a bug above
-            await _stop(proc, finished)
-        if report_w >= 0:
-            os.close(report_w)
-        os.close(report_r)
-        shutil.rmtree(workdir, ignore_errors=True)
-        if cgroup:
-            await _remove_cgroup(cgroup)
+        await dispose(run, finished)  # also when cancelled, or a bug above
+        if warm is not None and isolate:
+            warm.refill()  # replacements start once this call is done, not while it runs
 
 
-def _result(out: bytes, note: str, error: str | None, rc: int | None, report_r: int) -> ToolResult:
+def _result(out: bytes, note: str, error: str | None, rc: int | None, run: Launched) -> ToolResult:
     text = out.decode("utf-8", errors="replace")
     if note and text and not text.endswith("\n"):
         text += "\n"
     text += note
-    data = {"exit_status": rc, "sandbox": _read_report(report_r)}
+    data = {"exit_status": rc, "sandbox": read_report(run)}
     return ToolResult(text, ok=error is None, error=error, data=data)
 
 
-async def _feed(proc: asyncio.subprocess.Process, stdin: str | None) -> None:
+async def _feed(proc: asyncio.subprocess.Process, data: bytes) -> None:
     assert proc.stdin is not None
     try:
-        if stdin:
-            proc.stdin.write(stdin.encode("utf-8"))
+        if data:
+            proc.stdin.write(data)
             await proc.stdin.drain()
         proc.stdin.close()
     except (BrokenPipeError, ConnectionResetError):
@@ -201,43 +329,13 @@ def _kill_group(pid: int) -> None:
         pass
 
 
-# ---------------------------------------------------------------- pids cgroup (root only)
-
-
-def _make_cgroup() -> str | None:
-    """A fresh cgroup with pids.max = MAX_PROCS, or None where no pids hierarchy is writable."""
-    for root in CGROUP_ROOTS:
-        parent = os.path.join(root, "graphrl-sandbox")
-        try:
-            os.makedirs(parent, exist_ok=True)
-            path = os.path.join(parent, uuid.uuid4().hex[:12])
-            os.mkdir(path)
-        except OSError:
-            continue
-        try:
-            with open(os.path.join(path, "pids.max"), "w") as f:
-                f.write(str(MAX_PROCS))
-            return path
-        except OSError:
-            _rmdir(path)
-    return None
-
-
-def _rmdir(path: str) -> bool:
-    try:
-        os.rmdir(path)
-        return True
-    except OSError:
-        return False
-
-
 async def _remove_cgroup(path: str) -> None:
     for _ in range(50):  # killed processes leave the cgroup within milliseconds
-        if _rmdir(path):
+        if rmdir(path):
             return
         await asyncio.sleep(0.02)
 
 
-def sandbox_report(timeout: float = 10.0) -> dict:
+def sandbox_report(timeout: float = 10.0, policy: SandboxPolicy | None = None) -> dict:
     """What the sandbox guarantees on this machine now: the report of one trivial run."""
-    return asyncio.run(run_python("pass", timeout=timeout)).data["sandbox"]
+    return asyncio.run(run_python("pass", timeout=timeout, policy=policy)).data["sandbox"]

@@ -22,34 +22,88 @@ from typing import Any
 import aiohttp
 
 from ..engines.loop_sessions import LoopSessions
+from ..runtime import environment
+from ..runtime.environment import environment_of, with_env
 from ..runtime.scope import cut
-from ..runtime.services import ToolResult
+from ..runtime.services import RolloutResources, ToolResult
+from ..spec.builtins import TOOL_FIELDS
 from ..spec.imports import ImportProblem, resolve_callable
 from .python_exec import run_python
+from .python_session import PythonSession
 from .retrieval import retrieve
+from .sandbox_host import SandboxPolicy, sweep_leftovers
+from .sandbox_pool import SandboxPool
 
 
 class ToolBox:
-    def __init__(self, search: list[Path] | None = None):
+    """`sandbox`: how `python` calls are isolated (the caller reads it at its edge, e.g.
+    `SandboxPolicy.from_env`); the first `python` call also removes what killed runs left behind."""
+
+    def __init__(self, search: list[Path] | None = None, sandbox: SandboxPolicy | None = None):
         self._search = list(search or [])
+        self._sandbox = sandbox or SandboxPolicy()
+        self._swept = False
+        self._pool: SandboxPool | None = None  # warm sandboxes of the event loop that made them
+        self._pool_loop: asyncio.AbstractEventLoop | None = None
         self._fns: dict[str, Callable[..., Any] | ImportProblem] = {}
         # keep-alive shorter than common servers' 5 s, so an idle socket the server closed is not reused
         self._http = LoopSessions(
             lambda: aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=256, keepalive_timeout=4.0))
         )
 
+    def _warm(self) -> SandboxPool | None:
+        if self._sandbox.warm <= 0:
+            return None
+        loop = asyncio.get_running_loop()
+        if self._pool is None or self._pool_loop is not loop:
+            if self._pool is not None:  # made in another loop: its processes end with that loop's pipes
+                self._pool.abandon()
+            self._pool, self._pool_loop = SandboxPool(self._sandbox, self._sandbox.warm), loop
+        return self._pool
+
     async def close(self) -> None:
-        """Close the HTTP session of this event loop's tools (no-op if none was opened)."""
+        """Close the HTTP session and the warm sandboxes of this event loop's tools (no-op if none)."""
+        pool, self._pool, self._pool_loop = self._pool, None, None
+        if pool is not None:
+            try:
+                await pool.close()
+            except RuntimeError:  # made in a loop that is gone
+                pool.abandon()
         await self._http.close()
+
+    async def _python(self, args: dict[str, Any], timeout: float, resources: RolloutResources | None) -> ToolResult:
+        """One-shot by default; `session: true` runs the code in the rollout's own interpreter."""
+        if not self._swept:
+            self._swept = True
+            await asyncio.to_thread(sweep_leftovers)
+        policy = self._sandbox.with_strict(self._sandbox.strict or _truthy(args.get("strict")))
+        code = str(args.get("code", ""))
+        if not _truthy(args.get("session")):
+            return await run_python(code, timeout=timeout, stdin=args.get("stdin"), policy=policy, warm=self._warm())
+        if resources is None:
+            return ToolResult(
+                "[python session: no rollout to hold it (called outside a graph)]", ok=False, error="session"
+            )
+        key = f"python-session:{'strict' if policy.strict else 'plain'}"
+        session = resources.get(key) or resources.put(key, PythonSession(policy))
+        return await session.call(code, timeout=timeout)
 
     def _user(self, ref: str) -> Callable[..., Any] | ImportProblem:
         if ref not in self._fns:
             self._fns[ref] = resolve_callable(ref, self._search)
         return self._fns[ref]
 
-    async def call(self, tool: str, args: dict[str, Any], *, timeout: float, max_chars: int | None) -> ToolResult:
+    async def call(
+        self,
+        tool: str,
+        args: dict[str, Any],
+        *,
+        timeout: float,
+        max_chars: int | None,
+        resources: RolloutResources | None = None,
+    ) -> ToolResult:
         try:
-            res = await asyncio.wait_for(self._dispatch(tool, args, timeout), timeout + 1.0)
+            res = await asyncio.wait_for(self._dispatch(tool, args, timeout, resources), timeout + 1.0)
         except asyncio.TimeoutError:
             res = ToolResult(f"[tool {tool} timed out after {timeout:g} s]", ok=False, error="timeout")
         except asyncio.CancelledError:
@@ -58,11 +112,18 @@ class ToolBox:
             res = ToolResult(
                 f"[tool {tool} failed: {type(exc).__name__}: {exc}]", ok=False, error=f"{type(exc).__name__}: {exc}"
             )
+        if tool in TOOL_FIELDS:  # a built-in's documented fields exist even when it failed (None then)
+            data = dict.fromkeys(TOOL_FIELDS[tool]) | (res.data if isinstance(res.data, dict) else {})
+            return ToolResult(cut(res.text, max_chars), res.ok, res.error, data)
         return ToolResult(cut(res.text, max_chars), res.ok, res.error, res.data)
 
-    async def _dispatch(self, tool: str, args: dict[str, Any], timeout: float) -> ToolResult:
+    async def _dispatch(
+        self, tool: str, args: dict[str, Any], timeout: float, resources: RolloutResources | None
+    ) -> ToolResult:
         if tool == "python":
-            return await run_python(str(args.get("code", "")), timeout=timeout, stdin=args.get("stdin"))
+            return await self._python(args, timeout, resources)
+        if tool == "env_step":
+            return await environment.step(environment_of(resources), args.get("action"))
         if tool == "retrieve":
             return await retrieve(
                 args["url"],
@@ -74,11 +135,16 @@ class ToolBox:
         fn = self._user(tool)
         if isinstance(fn, ImportProblem):
             return ToolResult(f"[tool {tool} unavailable: {fn.message}]", ok=False, error=fn.message)
+        args = with_env(fn, args, environment_of(resources))
         if inspect.iscoroutinefunction(fn):
             value = await fn(**args)
         else:
             value = await asyncio.to_thread(fn, **args)
         return _as_result(value)
+
+
+def _truthy(value: Any) -> bool:
+    return value is True or str(value).strip().lower() in ("1", "true", "yes")
 
 
 def _as_result(value: Any) -> ToolResult:

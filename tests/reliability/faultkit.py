@@ -298,11 +298,13 @@ def lookup(query):
 '''
 
 SOAK_GRAPH = """\
-# A multi-turn agent: one append-only thread; the policy calls a tool until it has an answer.
+# A multi-turn agent: one append-only thread; the policy calls a tool until it has an answer. One
+# sample per rollout: on_drift: fail (the default, new_sample, makes a re-rendered thread fan out).
 name: soak
 inputs: {q: prompt, gold: label}
 threads:
   main:
+    on_drift: fail
     prompt:
       - system: "Use the lookup tool, then answer."
       - user: "{{ q }}"

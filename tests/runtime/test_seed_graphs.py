@@ -313,11 +313,11 @@ class RedirectingToolBoxForTests(ToolBox):
         self.url = url
         self.calls: list[tuple[str, dict]] = []
 
-    async def call(self, tool, args, *, timeout, max_chars):
+    async def call(self, tool, args, *, timeout, max_chars, resources=None):
         self.calls.append((tool, dict(args)))
         if tool == "retrieve":
             args = {**args, "url": self.url}
-        return await super().call(tool, args, timeout=timeout, max_chars=max_chars)
+        return await super().call(tool, args, timeout=timeout, max_chars=max_chars, resources=resources)
 
 
 @pytest.fixture(scope="module")

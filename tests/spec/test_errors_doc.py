@@ -5,6 +5,7 @@ produces its code."""
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -73,6 +74,8 @@ def test_the_example_produces_its_code(code, tmp_path):
     example = re.search(r"```yaml\n(.*?)```", body, re.S)[1]
     f = tmp_path / f"{code}.yaml"
     f.write_text(example, encoding="utf-8")
+    # examples that name a template file (W406's chat template) find the invalid corpus's prompts
+    shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "invalid" / "prompts", tmp_path / "prompts")
     _, diags = check_file(f)
     assert code in {d.code for d in diags}, [d.render() for d in diags]
     others = {d.code for d in diags if d.severity == "error"} - {code}

@@ -12,24 +12,39 @@ import asyncio
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from graphrl.tools.python_exec import OUTPUT_CAP, run_python, sandbox_report
+from graphrl.tools.python_exec import OUTPUT_CAP, SandboxPolicy, run_python, sandbox_report
+from graphrl.tools.sandbox_host import bubblewrap_works
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/mountinfo").exists(), reason="Linux only")
 
+# every test runs against every backend this machine has (`make test` installs bubblewrap where it can)
+BACKENDS = ["launcher"] + (["bubblewrap"] if Path("/proc/self/mountinfo").exists() and bubblewrap_works() else [])
+_policy = {"now": SandboxPolicy(backend="launcher")}
+
+
+@pytest.fixture(scope="module", params=BACKENDS, autouse=True)
+def backend(request) -> str:
+    _policy["now"] = SandboxPolicy(backend=request.param)
+    return request.param
+
 
 def py(code: str, timeout: float = 3.0, **kw):
+    kw.setdefault("policy", _policy["now"])
     return asyncio.run(run_python(code, timeout=timeout, **kw))
 
 
 @pytest.fixture(scope="module")
-def report() -> dict:
-    return sandbox_report()
+def report(backend) -> dict:
+    rep = sandbox_report(policy=SandboxPolicy(backend=backend))
+    assert rep["backend"] == backend
+    return rep
 
 
 def need(report: dict, key: str) -> None:
@@ -66,6 +81,7 @@ def test_the_report_says_what_held(report):
     assert set(report["rlimits"]) == {"cpu_s", "memory_bytes", "file_bytes", "processes", "core_bytes"}
     for key in ("network_isolated", "pid_namespace", "filesystem_readonly", "capabilities_dropped"):
         assert isinstance(report[key], bool)
+    assert report["errors"] == [] or report["backend"] == "launcher"  # bubblewrap runs only where it works
 
 
 @pytest.mark.parametrize("escape", [False, True], ids=["plain", "children-leave-the-session"])
@@ -258,3 +274,127 @@ def test_no_capabilities_and_no_new_privileges(report):
     fields = dict(line.split(":\t") for line in res.text.splitlines())
     assert {fields[k] for k in ("CapEff", "CapPrm", "CapBnd", "CapAmb")} == {"0000000000000000"}
     assert fields["NoNewPrivs"] == "1"
+
+
+# ---------------------------------------------------------------- unix sockets, memory and disk per call
+
+
+@pytest.fixture
+def unix_listeners(tmp_path):
+    """A stream socket file, a datagram socket file and an abstract stream socket on the host."""
+    stream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stream.bind(str(tmp_path / "db.sock"))
+    stream.listen(4)
+    dgram = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    dgram.bind(str(tmp_path / "log.sock"))
+    abstract = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    name = f"\0graphrl-escape-{os.getpid()}"
+    abstract.bind(name)
+    abstract.listen(4)
+    for s in (stream, dgram, abstract):
+        s.setblocking(False)
+    yield tmp_path / "db.sock", tmp_path / "log.sock", name, (stream, dgram, abstract)
+    for s in (stream, dgram, abstract):
+        s.close()
+
+
+def _nothing_arrived(stream, dgram, abstract) -> bool:
+    for s in (stream, abstract):
+        try:
+            s.accept()
+            return False
+        except BlockingIOError:
+            pass
+    try:
+        dgram.recv(100)
+        return False
+    except BlockingIOError:
+        return True
+
+
+def test_unix_socket_files_and_abstract_sockets_cannot_be_reached(report, unix_listeners):
+    need(report, "unix_sockets_blocked")
+    db, log, abstract_name, socks = unix_listeners
+    code = (
+        "import socket\n"
+        "def attempt(label, fn):\n    try:\n        fn()\n        print('REACHED', label)\n"
+        "    except OSError as exc:\n        print('refused', label, exc.errno)\n"
+        f"attempt('path', lambda: socket.socket(socket.AF_UNIX).connect({str(db)!r}))\n"
+        f"attempt('abstract', lambda: socket.socket(socket.AF_UNIX).connect({abstract_name!r}))\n"
+        f"attempt('dgram', lambda: socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendto(b'x', {str(log)!r}))\n"
+        "def pair():\n    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
+        f"    a.sendto(b'x', {str(log)!r})\n"
+        "attempt('dgram pair', pair)\n"
+        "import asyncio\nasyncio.run(asyncio.sleep(0))\nprint('asyncio works')\n"  # a stream socketpair inside
+    )
+    res = py(code)
+    assert res.ok, res.text
+    assert "REACHED" not in res.text and res.text.count("refused") == 4, res.text
+    assert "asyncio works" in res.text
+    assert _nothing_arrived(*socks)
+
+
+def test_memory_is_limited_per_call_not_per_process(report):
+    """4 processes holding 400 MB each (1.6 GB) must not fit in one call's 1 GiB."""
+    if not str(report.get("memory_limit", "")).startswith("cgroup:"):
+        pytest.skip(f"no per-call memory cgroup here ({report.get('memory_limit')}): {report.get('errors')}")
+    code = (
+        "import os, time\nkids = []\nfor i in range(4):\n    pid = os.fork()\n    if pid == 0:\n"
+        "        blob = b'1' * (400 << 20)\n        print('held', i, flush=True)\n        time.sleep(2)\n"
+        "        os._exit(0)\n    kids.append(pid)\n"
+        "codes = [os.waitstatus_to_exitcode(os.waitpid(k, 0)[1]) for k in kids]\nprint('codes', codes)"
+    )
+    res = py(code, timeout=10)
+    assert res.text.count("held") < 4, res.text
+    assert "codes" not in res.text or "-9" in res.text  # the cgroup's OOM killer ended at least one
+
+
+def test_disk_is_limited_per_call_not_per_file(report):
+    """Many files under the per-file limit still stop at the call's disk budget (ENOSPC)."""
+    if not report.get("disk_limit"):
+        pytest.skip(f"no per-call disk limit here: {report.get('errors')}")
+    code = (
+        "import os\nwritten = 0\ntry:\n    for i in range(64):\n        with open(f'f{i}', 'wb') as f:\n"
+        "            f.write(b'0' * (8 << 20))\n        written += 8 << 20\nexcept OSError as exc:\n"
+        "    print('refused', exc.errno)\nprint('written', written)"
+    )
+    res = py(code, timeout=10)
+    budget = int(report["disk_limit"].split(":")[1])
+    assert res.ok and "refused 28" in res.text, res.text  # ENOSPC
+    assert int(res.text.split("written ")[1]) <= budget < 64 * (8 << 20)
+
+
+def test_strict_mode_shows_only_the_interpreter_and_the_work_directory(report, backend, tmp_path):
+    need(report, "mount_namespace")  # strict needs one; without it the call fails closed (tested below)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("hunter2")
+    code = (
+        "import json, os, sys, sqlite3\n"
+        f"for path in [{str(secret)!r}, '/etc/passwd', '/work', '/home', '/run', {sys.prefix!r} + '/pyvenv.cfg']:\n"
+        "    print('visible' if os.path.exists(path) else 'absent', path)\n"
+        "open('inside.txt', 'w').write('ok')\n"
+        "try:\n    open('/escape.txt', 'w')\n    print('WROTE /')\nexcept OSError as exc:\n    print('refused /', exc.errno)\n"
+        "print('stdlib ok', json.dumps([1]))"
+    )
+    res = py(code, policy=SandboxPolicy(backend=backend, strict=True))
+    assert res.ok, res.text
+    assert res.data["sandbox"]["strict_root"] is True
+    assert "visible" not in res.text and "hunter2" not in res.text and "WROTE" not in res.text
+    assert "stdlib ok [1]" in res.text
+
+
+def test_bubblewrap_asked_for_where_it_does_not_work_is_a_clear_error(monkeypatch):
+    from graphrl.tools import sandbox_host
+
+    monkeypatch.setattr(sandbox_host, "bubblewrap_works", lambda: False)
+    with pytest.raises(sandbox_host.SandboxConfigError, match="install Debian's `bubblewrap`"):
+        sandbox_host.resolve_backend(SandboxPolicy(backend="bubblewrap"))
+    assert sandbox_host.resolve_backend(SandboxPolicy(backend="auto")) == "launcher"
+
+
+def test_strict_mode_fails_closed_where_no_strict_root_can_be_built():
+    """No mount namespace (isolate=False with strict asked for by the launcher's config): never run unconfined."""
+    res = py("print('ran')", policy=SandboxPolicy(backend="launcher", strict=True), isolate=False)
+    assert res.ok  # isolate=False is the caller's explicit opt-out, documented as no isolation at all
+    res = py("print('ran')", policy=SandboxPolicy(backend="launcher", strict=True, disk_bytes=-1))
+    assert not res.ok and "ran" not in res.text and "strict mode unavailable" in res.text

@@ -1,5 +1,6 @@
 """A SIGKILLed run takes its sandboxed code with it: the launcher dies with its parent, and the pid
-namespace's init (dying too) kills everything the user code started."""
+namespace's init (dying too) kills everything the user code started; what it leaves on disk (its
+work directory, its cgroups) is removed by the next run's sweep. Against every backend here."""
 
 from __future__ import annotations
 
@@ -7,12 +8,16 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
+from graphrl.tools.sandbox_host import CGROUP_V1, CGROUP_V2, WORKDIR_PREFIX, bubblewrap_works, sweep_leftovers
+
+BACKENDS = ["launcher"] + (["bubblewrap"] if sys.platform == "linux" and bubblewrap_works() else [])
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "sleep_token_73154"
 
@@ -38,16 +43,17 @@ def _alive_with_token() -> list[int]:
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG and /proc are Linux")
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
-def test_sandboxed_code_dies_with_the_run(tmp_path, sig):
+def test_sandboxed_code_dies_with_the_run(tmp_path, sig, backend):
     script = tmp_path / "run.py"
     script.write_text(
         textwrap.dedent(f"""
         import asyncio
-        from graphrl.tools.python_exec import run_python
+        from graphrl.tools.python_exec import SandboxPolicy, run_python
         code = "import os, time\\n# {TOKEN}\\n" \\
                "if os.fork() == 0:\\n    os.setsid()\\n    time.sleep(120)\\ntime.sleep(120)\\n"
-        asyncio.run(run_python(code, timeout=110))
+        asyncio.run(run_python(code, timeout=110, policy=SandboxPolicy(backend={backend!r})))
     """)
     )
     proc = subprocess.Popen([sys.executable, str(script)], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
@@ -63,6 +69,15 @@ def test_sandboxed_code_dies_with_the_run(tmp_path, sig):
         while _alive_with_token() and time.monotonic() < deadline:
             time.sleep(0.2)
         assert _alive_with_token() == []
+        # what the killed run left on disk is named after it, and the next run's sweep removes it
+        left = [p for p in Path(tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}{proc.pid}-*")]
+        groups = [
+            p for root in (*CGROUP_V1.values(), CGROUP_V2) for p in Path(root, "graphrl-sandbox").glob(f"{proc.pid}-*")
+        ]
+        assert left, "the killed run's work directory should still be there before the sweep"
+        removed = sweep_leftovers()
+        assert {str(p) for p in left + groups} <= set(removed)
+        assert not any(p.exists() for p in left + groups)
     finally:
         if proc.poll() is None:
             proc.kill()

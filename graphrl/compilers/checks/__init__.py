@@ -14,7 +14,7 @@ from ...spec.diagnostics import Diagnostic, sort_diagnostics
 from ...spec.load import Graph, load_graph
 from ..flow import build_flow
 from ..targets import TARGETS, Target, sections
-from . import graph, refs, templates, training
+from . import chat, graph, refs, templates, training
 
 CHECKS = (
     graph.unknown_targets,
@@ -28,9 +28,13 @@ CHECKS = (
     refs.check_models,
     refs.check_threads,
     refs.check_state_writes,
+    refs.check_environment,
     refs.check_tools,
     refs.check_rewards,
+    refs.check_node_rewards,
     templates.check_templates,
+    chat.chat_templates,
+    chat.completion_mode,
     training.trained_frozen,
     training.no_trained,
     training.context_overflow,

@@ -14,7 +14,9 @@ from ...spec.load import Graph
 from ...spec.model import TERMINALS, SwitchNode
 from ..flow import Flow
 
-RESERVED = frozenset({"end", "abort", "row", "visit", "visits", "output", "threads", "loop", "item", "usage"})
+RESERVED = frozenset(
+    {"end", "abort", "row", "visit", "visits", "output", "threads", "thread_tokens", "loop", "item", "usage", "env"}
+)
 
 
 def unknown_targets(g: Graph, flow: Flow) -> Iterator[Diagnostic]:

@@ -1,10 +1,11 @@
 """Reference checks: models, threads, tools, rewards, custom parsers.
 
-Input: `Graph` + `Flow`. Output: diagnostics E301-E306. User `module:function` references are
+Input: `Graph` + `Flow`. Output: diagnostics E301-E309 (E309: the environment used without one). User `module:function` references are
 imported (from the graph's directory first) and their signatures bound against the arguments given.
 
 Call conventions the runtime uses (and these checks bind):
-  tool           fn(**args)                      (sync or async)
+  tool           fn(**args)                      (sync or async; a parameter named env gets the environment)
+  environment    Class(**args)                   (then reset / step / reward / close, each optional)
   parser         fn(text) -> dict | None
   reward         fn(**args) -> float | dict
   group reward   fn(rewards: list, **args) -> list[float]
@@ -17,7 +18,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from ...spec.builtins import BUILTIN_GROUP_REWARDS, BUILTIN_REWARDS, BUILTIN_TOOLS, Signature
+from ...spec.builtins import BUILTIN_GROUP_REWARDS, BUILTIN_REWARDS, BUILTIN_TOOLS, NEEDS_ENVIRONMENT, Signature
 from ...spec.diagnostics import Diagnostic, did_you_mean
 from ...spec.imports import ImportProblem, resolve_callable, signature_problem
 from ...spec.load import Graph
@@ -124,12 +125,24 @@ def parameter_names(fn: Any) -> list[str]:
 
 
 def _check_user(
-    ref: str, positional: int, args: dict[str, Any], code: str, path: tuple, g: Graph
+    ref: str, positional: int, args: dict[str, Any], code: str, path: tuple, g: Graph, env_ok: bool = False
 ) -> Iterator[Diagnostic]:
     fn = resolve_callable(ref, [g.base_dir])
     if isinstance(fn, ImportProblem):
         yield Diagnostic("E303", fn.message, g.span(*path), fn.hint)
         return
+    if env_ok and "env" in parameter_names(fn) and "env" not in args:  # the runtime passes the environment
+        if g.spec.environment is None:
+            if _required(fn, "env"):
+                yield Diagnostic(
+                    "E309",
+                    f"'{ref}' takes the rollout's environment (a parameter named env), but the graph has no environment:",
+                    g.span(*path),
+                    "declare environment: {class: module:Class}, or rename the parameter",
+                )
+                return
+        else:
+            args = {**args, "env": None}
     problem = signature_problem(fn, positional, args)
     if problem:
         names = parameter_names(fn)
@@ -137,14 +150,40 @@ def _check_user(
         yield Diagnostic("E304", f"'{ref}' does not accept the arguments given: {problem}", g.span(*path), hint)
 
 
+def _required(fn: Any, name: str) -> bool:
+    try:
+        p = inspect.signature(fn).parameters.get(name)
+    except (TypeError, ValueError):
+        return False
+    return p is not None and p.default is inspect.Parameter.empty
+
+
+def _no_environment(g: Graph, name: str, what: str, path: tuple) -> Iterator[Diagnostic]:
+    if name in NEEDS_ENVIRONMENT and g.spec.environment is None:
+        yield Diagnostic(
+            "E309",
+            f"{what} '{name}' uses the rollout's environment, but the graph has no environment:",
+            g.span(*path),
+            "declare environment: {class: module:Class, args: {...}} at the top level",
+        )
+
+
+def check_environment(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
+    """The environment class imports and accepts its arguments (E303/E304)."""
+    env = g.spec.environment
+    if env is not None:
+        yield from _check_user(env.class_, 0, env.args, "E303", ("environment", "class"), g)
+
+
 def check_tools(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
     for nid, n in g.nodes.items():
         if isinstance(n, ToolNode):
             path = ("nodes", nid, "tool")
             if n.tool in BUILTIN_TOOLS:
+                yield from _no_environment(g, n.tool, "tool", path)
                 yield from _check_builtin(BUILTIN_TOOLS[n.tool], n.args, f"tool '{n.tool}'", ("nodes", nid, "args"), g)
             elif ":" in n.tool:
-                yield from _check_user(n.tool, 0, n.args, "E303", path, g)
+                yield from _check_user(n.tool, 0, n.args, "E303", path, g, env_ok=True)
             else:
                 yield Diagnostic(
                     "E302",
@@ -171,6 +210,36 @@ def _check_parser(g: Graph, p: Parse, path: tuple) -> Iterator[Diagnostic]:
         yield from _check_parser(g, p.fallback, path + ("fallback",))
 
 
+def check_node_rewards(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
+    """A node's own reward: a known reward with fitting arguments, on a node whose tokens are trained (E311)."""
+    for nid, n in g.nodes.items():
+        nr = getattr(n, "reward", None)
+        if nr is None:
+            continue
+        path = ("nodes", nid, "reward")
+        if not (isinstance(n, LLMNode) and n.trained and n.sample_mode != "none"):
+            yield Diagnostic(
+                "E311",
+                f"node '{nid}' has a reward but trains no tokens: there is no sample for it to score",
+                g.span(*path, key=True),
+                "put the reward on a trained policy node (train: true), or score this in the graph's reward:",
+            )
+            continue
+        if nr.fn in BUILTIN_REWARDS:
+            yield from _no_environment(g, nr.fn, "reward", path + ("fn",))
+            # rule-based only: node rewards are scored without a judge model
+            yield from _check_builtin(BUILTIN_REWARDS[nr.fn], nr.args, f"reward '{nr.fn}'", path + ("args",), g)
+        elif ":" in nr.fn:
+            yield from _check_user(nr.fn, 0, nr.args, "E303", path + ("fn",), g, env_ok=True)
+        else:
+            yield Diagnostic(
+                "E305",
+                f"unknown reward '{nr.fn}'",
+                g.span(*path, "fn"),
+                did_you_mean(nr.fn, BUILTIN_REWARDS) or f"built-in rewards: {', '.join(BUILTIN_REWARDS)}",
+            )
+
+
 def check_rewards(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
     r = g.spec.reward
     if r is None:
@@ -181,12 +250,13 @@ def check_rewards(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
         if fn in BUILTIN_REWARDS:
             sig = BUILTIN_REWARDS[fn]
             judged |= sig.judge
+            yield from _no_environment(g, fn, "reward", fn_path)
             yield from _check_builtin(sig, args, f"reward '{fn}'", args_path, g)
             if fn == "judge" and not r.judge:
                 yield Diagnostic("E006", "reward 'judge' needs judge: MODEL", g.span("reward", key=True))
         elif ":" in fn:
             judged = True  # a user reward may ask the judge
-            yield from _check_user(fn, 0, args, "E303", fn_path, g)
+            yield from _check_user(fn, 0, args, "E303", fn_path, g, env_ok=True)
         else:
             yield Diagnostic(
                 "E305",

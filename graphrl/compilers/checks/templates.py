@@ -17,15 +17,16 @@ import networkx as nx
 from jinja2 import nodes
 from jinja2.exceptions import TemplateSyntaxError
 
+from ...spec.builtins import TOOL_FIELDS
 from ...spec.diagnostics import Diagnostic, did_you_mean
 from ...spec.jinja import attribute_refs, make_env, parse_expression, parse_template, unsafe_refs
 from ...spec.load import Graph, Site
 from ...spec.model import LLMNode, ToolNode
 from ..flow import Flow
 
-GLOBALS = frozenset({"row", "visits", "threads"})
+GLOBALS = frozenset({"row", "visits", "threads", "thread_tokens"})
 ROW_FIELDS = frozenset({"prompt", "label", "metadata", "row"})
-AFTER_RUN = ("update", "next", "append_to")
+AFTER_RUN = ("update", "next", "append_to", "reward")
 LLM_RESULT = frozenset({"text", "ok", "model", "finish_reason", "parse_error", "error"})
 TOOL_RESULT = frozenset({"text", "ok", "error"})
 
@@ -33,12 +34,13 @@ TOOL_RESULT = frozenset({"text", "ok", "error"})
 def result_fields(node) -> frozenset[str] | None:
     """Fields of a node's result, or None when unknown (custom parser or user tool)."""
     if isinstance(node, LLMNode):
+        base = LLM_RESULT | ({"reward"} if node.reward is not None else set())
         if node.parse is None:
-            return LLM_RESULT
+            return base
         extra = node.parse.produced_fields()
-        return None if extra is None else LLM_RESULT | extra
+        return None if extra is None else base | extra
     if isinstance(node, ToolNode):
-        return TOOL_RESULT if ":" not in node.tool else None
+        return TOOL_RESULT | frozenset(TOOL_FIELDS.get(node.tool, ())) if ":" not in node.tool else None
     return frozenset()
 
 
@@ -46,6 +48,10 @@ def _bound(g: Graph, flow: Flow, site: Site, env_globals: frozenset[str]) -> set
     if site.path[0] == "inputs":
         return set(ROW_FIELDS) | env_globals
     names = set(GLOBALS) | set(g.spec.constants) | set(g.spec.inputs) | set(g.spec.state) | env_globals
+    if site.path[0] == "environment":  # made before any node runs
+        return names
+    if g.spec.environment is not None:
+        names.add("env")  # what the environment's reset() returned
     nid = site.node
     if nid is None:  # reward: every node may have run, and the rollout's usage is known
         return names | set(g.nodes) | {"usage"}
@@ -100,6 +106,9 @@ def check_templates(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
                 hint = "use 'output' in update/next/append_to, or read it from a node upstream"
             elif name == "output":
                 msg, hint = "'output' exists only after the node runs", "use it in update, next or append_to"
+            elif name == "env" and g.spec.environment is None:
+                msg = "'env' is what an environment's reset() returned, and this graph has no environment:"
+                hint = "declare environment: {class: module:Class} (reset() gives env)"
             else:
                 msg = f"'{name}' is not bound by any input, state variable or upstream node"
                 hint = did_you_mean(name, bound) or "declare it under inputs: or state:"

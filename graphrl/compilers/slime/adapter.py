@@ -32,6 +32,7 @@ from __future__ import annotations
 import copy
 import importlib
 import json
+import os
 import sys
 import uuid
 from collections.abc import Callable
@@ -49,6 +50,7 @@ from ...runtime.outcome import settle
 from ...runtime.services import endpoints_for_plan
 from ...spec.model import POLICY
 from ...tools.registry import ToolBox
+from ...tools.sandbox_host import SandboxPolicy
 from . import fill
 from ._tokenizer import load_tokenizer
 from .config import SlimeConfig, SlimeConfigError, from_args, module_name
@@ -108,8 +110,11 @@ class SlimeTarget:
         *,
         engine_factory: EngineFactory | None = None,
         tokenizer_loader: Callable[[str], Any] | None = None,
+        sandbox: SandboxPolicy | None = None,
     ):
         self.plan_path = Path(plan_path)
+        # the rollout process's GRAPHRL_SANDBOX / GRAPHRL_SANDBOX_STRICT, read once here at the edge
+        self._sandbox = sandbox or SandboxPolicy.from_env(os.environ)
         self._engine_factory = engine_factory or _sglang_engine
         self._tokenizer_loader = tokenizer_loader
         self._plan: Plan | None = None
@@ -146,7 +151,7 @@ class SlimeTarget:
             ex = wired.executors[key] = Executor(
                 plan,
                 wired.endpoints,
-                tools=ToolBox(search),
+                tools=ToolBox(search, sandbox=self._sandbox),
                 rewards=RewardBox(search),
                 sampling=sampling,
                 max_context_tokens=context,
@@ -253,6 +258,8 @@ class SlimeTarget:
                 calls=[c.to_json() for c in s.calls],
                 **(rollout_info if i == 0 else {}),
             )
+            if "own_reward" in s.metadata:  # a node reward: normalised per role, not a credit share
+                info.update(own_reward=s.metadata["own_reward"], role=s.metadata["role"])
             out.append(
                 fill.finish(
                     target,
@@ -351,6 +358,8 @@ class SlimeTarget:
             return self._zero(args, evaluation)
         if evaluation:  # eval: the rollout's whole reward, never a training credit
             return self._reward_value(args, float(info["rollout_reward"]), evaluation)
+        if info.get("own_reward") is not None:  # a node reward: the sample's own
+            return self._reward_value(args, float(info["own_reward"]))
         n = max(1, int(info.get("num_samples") or 1))
         weights = credit_weights(info.get("credit") or "even", n, float(info.get("discount") or 1.0))
         share = weights[min(max(int(info.get("sample_index") or 0), 0), n - 1)]

@@ -23,7 +23,11 @@ a rollout by how many samples it made. Here each rollout counts once:
   3. within a prompt group: minus the group mean, divided by (std + 1e-6) when the estimator and
      grpo_std_normalization ask for it (unbiased std, as slime's torch.std; a group of one -> 0);
      estimators slime does not normalise get the reward as is;
-  4. credit to the rollout's samples: `even` -> value / number of samples, `broadcast` -> value.
+  4. credit to the rollout's samples: `even` -> value / number of samples, `broadcast` -> value;
+  5. samples with their own node reward (metadata["graphrl"]["own_reward"], "role") take no share:
+     within the prompt group, each role's samples are normalised among themselves (3.) from their
+     own rewards (role-aware normalisation: a solver is compared with solvers, a selector with
+     selectors), and raw is their own reward.
 raw (each sample's rollout reward) is also written to each sample's metadata["raw_reward"], the key
 slime prefers over the returned raw list when it logs, so the log follows the hooks too.
 """
@@ -170,6 +174,18 @@ def group_rewards(
     return out
 
 
+def _own_rewards(samples: list[Any]) -> dict[int, tuple[str, float]]:
+    """index -> (role, own reward) for the samples a node reward scored (metadata["graphrl"]); a
+    failed or aborted rollout's samples count 0, as its rollout reward does."""
+    out = {}
+    for i, s in enumerate(samples):
+        info = (getattr(s, "metadata", None) or {}).get("graphrl") or {}
+        if info.get("own_reward") is not None:
+            ok = info.get("status", "completed") in ("completed", "truncated")
+            out[i] = (str(info.get("role")), float(info["own_reward"]) if ok else 0.0)
+    return out
+
+
 def post_process(args: Any, samples: list[Any], plan: Plan) -> tuple[list[float], list[float]]:
     groups = rollouts_by_group(args, samples)
     credit = plan.reward.credit if plan.reward else "even"
@@ -179,11 +195,23 @@ def post_process(args: Any, samples: list[Any], plan: Plan) -> tuple[list[float]
         values = group_rewards(plan, args, groups, samples)
     raw = [0.0] * len(samples)
     out = [0.0] * len(samples)
+    own = _own_rewards(samples)
     for gid, rollouts in groups.items():
         for ro, a in zip(rollouts, _normalise(values[gid], args)):
-            for i, w in zip(ro.indices, credit_weights(credit, len(ro.indices), discount)):
+            shared = [i for i in ro.indices if i not in own]
+            for i, w in zip(shared, credit_weights(credit, len(shared), discount) if shared else ()):
                 raw[i] = ro.reward
                 out[i] = a * w
+        # samples with their own node reward: normalised within the prompt group per role (node)
+        roles: dict[str, list[int]] = {}
+        for ro in rollouts:
+            for i in ro.indices:
+                if i in own:
+                    roles.setdefault(own[i][0], []).append(i)
+        for indices in roles.values():
+            for i, a in zip(indices, _normalise([own[i][1] for i in indices], args)):
+                raw[i] = own[i][1]
+                out[i] = a
     for s, r in zip(samples, raw):
         meta = getattr(s, "metadata", None)
         if isinstance(meta, dict) and isinstance(meta.get("graphrl"), dict):

@@ -29,8 +29,14 @@ class SlimeCompileTarget:
     def check(self, g: Graph, flow: Flow, settings: BaseModel) -> Iterator[Diagnostic]:
         """E403: slime settings that break a graph yielding several samples per rollout (fan-out)."""
         assert isinstance(settings, SlimeSettings)
-        if not sample_layout(g, flow).fanout:
+        layout = sample_layout(g, flow)
+        if not layout.fanout:
             return
+        hint = "remove it; graphrl's compiled reward post-process normalises per prompt group"
+        if layout.drift:
+            hint += "; or, if only a rewritten history makes several samples, set on_drift: fail on thread " + (
+                ", ".join(f"'{t}'" for t in layout.drift)
+            )
         bad = [
             ("partial_rollout", settings.partial_rollout, "ABORTED siblings cannot re-enter generate as one sample"),
             ("group_rm", settings.group_rm, "slime's group RM expects one sample per rollout"),
@@ -43,7 +49,7 @@ class SlimeCompileTarget:
                     f"this graph yields several training samples per rollout (fan-out); "
                     f"slime's {key} breaks that: {why}",
                     g.span("slime", key),
-                    "remove it; graphrl's compiled reward post-process normalises per prompt group",
+                    hint,
                 )
 
     def emit(self, plan: Plan, out_dir: Path) -> list[Path]:

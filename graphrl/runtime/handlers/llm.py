@@ -12,6 +12,8 @@ from typing import Any
 
 from ...engines.base import EngineError
 from ...spec.common import POLICY
+from ..chat import ContextBudgetError, NotAppendOnlyError
+from ..chat_template import CompletionModeError
 from ..ledger import SampleBuilder
 from ..parsers import parse_output
 from ..rollout import RolloutFault, RolloutState, StepServices
@@ -92,16 +94,53 @@ async def run_llm(
     model = ex.render.text(("nodes", nid, "llm"), node.llm, ctx).strip() if node.dynamic_model else node.llm
     if model not in ex.plan.models:
         raise UnknownModel(f"{ex.plan.span('nodes', nid, 'llm')}: model '{model}' is not declared in the graph")
-    renderer = ex.endpoints.renderer(model)
+    renderer = ex.renderers.for_call(model, node)
     bound = ex.plan.limits.max_prompt_tokens
     thread = None
-    if node.thread:
-        thread = ex.thread(r, node.thread)
-        if node.prompt:
-            thread.add_messages(_bounded(ex, nid, ex.messages(("nodes", nid, "prompt"), node.prompt, ctx), bound))
-        ids = thread.prepare(ex.plan.threads[node.thread].on_drift, node=nid, visit=visit)
-    else:
-        ids = renderer.start(_bounded(ex, nid, ex.messages(("nodes", nid, "prompt"), node.prompt, ctx), bound))
+    try:
+        if node.thread:
+            thread = ex.thread(r, node.thread)
+            if thread.chat.renderer.completion != renderer.completion:
+                modes = {True: "completion mode", False: "a chat template"}
+                raise RenderError(
+                    ex.plan.span("nodes", nid, "llm"),
+                    f"'{nid}' calls '{model}' with {modes[renderer.completion]}, but thread "
+                    f"'{node.thread}' is rendered with {modes[thread.chat.renderer.completion]}: "
+                    "a thread cannot mix completion mode and chat turns",
+                )
+            renderer = thread.chat.renderer
+            if node.prompt:
+                msgs = ex.messages(("nodes", nid, "prompt"), node.prompt, ctx)
+                thread.add_messages(_bounded(ex, nid, msgs, bound))
+            decl = ex.plan.threads[node.thread]
+            try:
+                ids = thread.prepare(decl.on_drift, node=nid, visit=visit, budget=decl.max_tokens)
+            except ContextBudgetError as exc:
+                raise RolloutFault(
+                    f"{ex.plan.span('threads', node.thread, 'max_tokens')}: thread '{node.thread}' at '{nid}' "
+                    f"(visit {visit}): {exc}",
+                    status="truncated",
+                ) from None
+            except NotAppendOnlyError as exc:
+                raise RenderError(
+                    ex.plan.span("threads", node.thread, "on_drift") or ex.plan.span("threads", node.thread),
+                    f"thread '{node.thread}' at '{nid}' (visit {visit}): {exc}; on_drift: fail ends the "
+                    "rollout here (on_drift: new_sample would start a new training sample instead)",
+                ) from None
+        else:
+            tools = None
+            if node.tools is not None:
+                tools = ex.render.value(("nodes", nid, "tools"), node.tools, ctx)
+                ex.plain_text(("nodes", nid, "tools"), tools)
+                if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+                    raise RenderError(
+                        ex.plan.span("nodes", nid, "tools"),
+                        f"tools of '{nid}' must be a list of tool JSON schemas (mappings), got {type(tools).__name__}",
+                    )
+            msgs = _bounded(ex, nid, ex.messages(("nodes", nid, "prompt"), node.prompt, ctx), bound)
+            ids = renderer.start(msgs, tools=tools)
+    except CompletionModeError as exc:
+        raise RenderError(ex.plan.span("nodes", nid), f"'{nid}': {exc}") from None
     if len(ids) > bound:
         raise RenderError(
             ex.plan.span("nodes", nid, "prompt"),

@@ -15,7 +15,7 @@ async def run_tool(
 ) -> NodeResult:
     args = ex.render.value(("nodes", nid, "args"), node.args, ctx)
     t0 = ex.clock()
-    res = await ex.tools.call(node.tool, args, timeout=node.timeout, max_chars=node.max_chars)
+    res = await ex.tools.call(node.tool, args, timeout=node.timeout, max_chars=node.max_chars, resources=r.resources)
     r.calls.append(
         CallRecord(
             node=nid,

@@ -9,10 +9,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from ..common import POLICY, Message, Parse
+from ..common import POLICY, Message, NodeReward, Parse
 from ..constrain import Constrain
+from ..walk import walk_strings
 from .base import FlowNode, NodeBase, Path
 
 
@@ -39,6 +40,30 @@ class LLMNode(FlowNode):
         "(SGLang sampling params; see docs/graph-language.md)",
     )
     parse: Parse | None = None
+    completion: bool | None = Field(
+        None,
+        description="completion mode for this call: no chat template, the prompt is its messages' text "
+        "as written (default: the model's `completion`)",
+    )
+    reward: NodeReward | None = Field(
+        None,
+        description="a reward per visit: its sample trains on it instead of a share of the rollout's reward "
+        "(reward.node_rewards says how the two combine)",
+    )
+    tools: str | None = Field(
+        None,
+        description="template whose value is a list of tool JSON schemas, rendered into this call's "
+        "prompt by the chat template (a thread's tools are `threads.NAME.tools`)",
+    )
+
+    @model_validator(mode="after")
+    def _tools_fresh_prompt(self) -> LLMNode:
+        if self.tools is not None and self.thread is not None:
+            raise ValueError(
+                f"tools: on a node that continues thread '{self.thread}' would re-render the whole "
+                f"conversation: declare them once as threads.{self.thread}.tools"
+            )
+        return self
 
     @property
     def dynamic_model(self) -> bool:
@@ -68,6 +93,11 @@ class LLMNode(FlowNode):
             yield ("llm",), self.llm, "template"
         for path, m in self.messages():
             yield path, m.content, "template"
+        if self.tools is not None:
+            yield ("tools",), self.tools, "template"
+        if self.reward is not None:
+            for path, text in walk_strings(self.reward.args, ("reward", "args")):
+                yield path, text, "template"
 
     def messages(self) -> Iterator[tuple[Path, Message]]:
         for i, m in enumerate(self.prompt or ()):

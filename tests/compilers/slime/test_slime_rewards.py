@@ -191,3 +191,37 @@ def test_user_group_reward_function(tmp_path):
     samples = _rollout(0, 1, 1.0, 1) + _rollout(0, 2, 0.0, 1) + _rollout(0, 3, 1.0, 1)
     _, norm = post_process(ArgsStandIn(grpo_std_normalization=False, graphrl_source_dir=str(tmp_path)), samples, plan)
     assert norm == pytest.approx([2 / 3, -4 / 3, 2 / 3])  # 3, 1, 3 centred
+
+
+def _roles_rollout(group, rid, own):
+    """A multi-agent rollout: one sample per (role, own reward), the rollout reward stored too."""
+    out = []
+    for role, value in own:
+        s = SampleStandIn(index=rid, group_index=group, rollout_id=rid, reward=value)
+        s.metadata = {
+            "graphrl": {
+                "status": "completed",
+                "num_samples": len(own),
+                "credit": "even",
+                "rollout_reward": 1.0,
+                "own_reward": value,
+                "role": role,
+            }
+        }
+        out.append(s)
+    return out
+
+
+def test_node_rewards_are_normalised_per_role_within_the_group():
+    plan = _plan("fanout")
+    a = _roles_rollout(0, 1, [("solve", 1.0), ("solve", 0.0), ("select", 1.0)])
+    b = _roles_rollout(0, 2, [("solve", 1.0), ("solve", 1.0), ("select", 0.0)])
+    c = _roles_rollout(1, 3, [("solve", 0.5), ("select", 0.0)])  # another prompt: its own groups
+    raw, norm = post_process(ArgsStandIn(), a + b + c, plan)
+    assert raw == [1.0, 0.0, 1.0, 1.0, 1.0, 0.0, 0.5, 0.0]  # each sample's own reward
+    solve = torch.tensor([1.0, 0.0, 1.0, 1.0])
+    s_adv = ((solve - solve.mean()) / (solve.std() + 1e-6)).tolist()
+    select = torch.tensor([1.0, 0.0])
+    c_adv = ((select - select.mean()) / (select.std() + 1e-6)).tolist()
+    expected = [s_adv[0], s_adv[1], c_adv[0], s_adv[2], s_adv[3], c_adv[1], 0.0, 0.0]  # groups of one -> 0
+    assert norm == pytest.approx(expected, abs=1e-6)

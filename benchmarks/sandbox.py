@@ -1,0 +1,108 @@
+"""The python tool's per-call cost, by sandbox backend, against a bare `python -I -c` subprocess.
+
+Run: `python -m benchmarks.sandbox [--calls N] [--gap S] [--concurrency C]` (about a minute).
+Prints a table: per backend, wall per call (median and p90 over N sequential calls of `print(1)`,
+`--gap` seconds apart, as a rollout's tool calls are apart while the model generates), the
+throughput of C concurrent calls, and the ratio of the median to the bare subprocess measured in
+the same run. Rows: bare (`python -I -c`, no isolation at all), none (`run_python(isolate=False)`:
+rlimits and process-group handling only), launcher, launcher strict, bubblewrap, bubblewrap strict
+(where `bwrap` works), and each backend again with warm sandboxes (`SandboxPool`, 2 per loop, the
+default). Timing goals live here, never in the test suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+
+from graphrl.tools.python_exec import run_python
+from graphrl.tools.sandbox_host import WARM_SANDBOXES, SandboxPolicy, bubblewrap_works
+from graphrl.tools.sandbox_pool import SandboxPool
+
+CODE = "print(1)"
+
+
+async def _bare() -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-I", "-c", CODE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    )
+    out, _ = await proc.communicate()
+    assert out == b"1\n" and proc.returncode == 0
+
+
+def _sandboxed(policy: SandboxPolicy | None, warm: bool = False):
+    pools: dict[int, SandboxPool] = {}
+    served = [0, 0]  # calls served warm, the pool's count last seen
+
+    async def call() -> None:
+        pol = policy or SandboxPolicy()
+        pool = None
+        if warm:
+            loop = id(asyncio.get_running_loop())
+            pool = pools.setdefault(loop, SandboxPool(pol, pol.warm))
+        res = await run_python(CODE, timeout=10, policy=pol, isolate=policy is not None, warm=pool)
+        assert res.ok and res.text == "1\n", res.text
+        served[0] += bool(pool and pool.served > served[1])
+        served[1] = pool.served if pool else 0
+
+    async def close() -> None:
+        for pool in pools.values():
+            await pool.close()
+        pools.clear()
+
+    call.close = close  # type: ignore[attr-defined]
+    call.served = served  # type: ignore[attr-defined]
+    return call
+
+
+async def _measure(call, calls: int, gap: float, concurrency: int) -> tuple[float, float, float]:
+    await call()  # warm-up (and bubblewrap's one-time probe; a pool's first sandboxes)
+    walls = []
+    for _ in range(calls):
+        await asyncio.sleep(gap)
+        t0 = time.perf_counter()
+        await call()
+        walls.append(time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    await asyncio.gather(*(call() for _ in range(concurrency)))
+    rate = concurrency / (time.perf_counter() - t0)
+    close = getattr(call, "close", None)
+    if close is not None:
+        await close()
+    walls.sort()
+    return statistics.median(walls), walls[int(0.9 * (len(walls) - 1))], rate
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--calls", type=int, default=40)
+    ap.add_argument("--gap", type=float, default=0.2, help="seconds between sequential calls")
+    ap.add_argument("--concurrency", type=int, default=16)
+    a = ap.parse_args(argv)
+    rows = [("bare python -I -c", _bare), ("none (isolate=False)", _sandboxed(None))]
+    rows += [("launcher", _sandboxed(SandboxPolicy(backend="launcher")))]
+    rows += [("launcher strict", _sandboxed(SandboxPolicy(backend="launcher", strict=True)))]
+    rows += [("launcher warm", _sandboxed(SandboxPolicy(backend="launcher", warm=WARM_SANDBOXES), warm=True))]
+    if bubblewrap_works():
+        rows += [("bubblewrap", _sandboxed(SandboxPolicy(backend="bubblewrap")))]
+        rows += [("bubblewrap strict", _sandboxed(SandboxPolicy(backend="bubblewrap", strict=True)))]
+        rows += [("bubblewrap warm", _sandboxed(SandboxPolicy(backend="bubblewrap", warm=WARM_SANDBOXES), warm=True))]
+    results = [(name, asyncio.run(_measure(fn, a.calls, a.gap, a.concurrency))) for name, fn in rows]
+    warm_counts = {name: fn.served[0] for name, fn in rows if hasattr(fn, "served") and "warm" in name}
+    base = results[0][1][0]
+    print(
+        f"python tool per call: {a.calls} sequential calls of {CODE!r} {a.gap:g} s apart, then {a.concurrency} at once"
+    )
+    print(f"{'backend':<22} {'median ms':>10} {'p90 ms':>8} {'calls/s @' + str(a.concurrency):>13} {'x bare':>7}")
+    for name, (med, p90, rate) in results:
+        print(f"{name:<22} {med * 1e3:>10.1f} {p90 * 1e3:>8.1f} {rate:>13.1f} {med / base:>7.2f}")
+    for name, n in warm_counts.items():
+        print(f"{name}: {n} of {a.calls + a.concurrency + 1} calls served by a warm sandbox")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

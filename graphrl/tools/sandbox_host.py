@@ -1,0 +1,273 @@
+"""The host side of the python sandbox: policy, backend choice, per-call cgroups, bubblewrap's arguments,
+and the sweep of what a killed run left behind.
+
+Input: a `SandboxPolicy` (from the caller, or `SandboxPolicy.from_env` at the edge). Output: the pieces
+`python_exec.run_python` hands the launcher (`_sandbox_launcher.py`): a backend name, cgroup paths,
+an argument list for `bwrap`, the read-only paths of a strict root.
+
+Invariants: nothing here runs user code; a cgroup or work directory is named after the process that
+made it (`<pid>-<random>`), so a later run removes only what a dead process left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+from dataclasses import dataclass, replace
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageProblem
+
+MEMORY_BYTES = 1 << 30  # address space per process, and all processes of one call together (cgroup)
+DISK_BYTES = 64 << 20  # everything one call may write (its work directory is a tmpfs of this size)
+MAX_PROCS = 64  # processes (and threads) at once
+WARM_SANDBOXES = 2  # default GRAPHRL_SANDBOX_WARM
+BACKENDS = ("auto", "bubblewrap", "launcher")
+WORKDIR_PREFIX = "graphrl-py-"
+CGROUP_V1 = {"pids": "/sys/fs/cgroup/pids", "memory": "/sys/fs/cgroup/memory"}
+CGROUP_V2 = "/sys/fs/cgroup"
+
+
+class SandboxConfigError(UsageProblem):
+    """A sandbox setting that cannot be honoured (unknown backend, bubblewrap asked for but unusable): exit 2."""
+
+
+@dataclass(frozen=True)
+class SandboxPolicy:
+    """How python tool calls are isolated. `backend`: auto (bubblewrap where it works, else the
+    launcher), bubblewrap, or launcher. `strict`: a minimal root (interpreter, stdlib, libraries and
+    the work directory; none of your files). Limits are per call."""
+
+    backend: str = "auto"
+    strict: bool = False
+    memory_bytes: int = MEMORY_BYTES
+    disk_bytes: int = DISK_BYTES
+    max_procs: int = MAX_PROCS
+    # sandboxes started ahead of time per event loop; 0 (the library default): every call starts its
+    # own. `graphrl run` and the slime target read GRAPHRL_SANDBOX_WARM (default WARM_SANDBOXES).
+    warm: int = 0
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise SandboxConfigError(f"unknown sandbox backend {self.backend!r}: use one of {', '.join(BACKENDS)}")
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | os._Environ[str]) -> SandboxPolicy:
+        """GRAPHRL_SANDBOX=auto|bubblewrap|launcher, GRAPHRL_SANDBOX_STRICT=1, GRAPHRL_SANDBOX_WARM=N
+        (read once, at the edge)."""
+        strict = env.get("GRAPHRL_SANDBOX_STRICT", "").strip().lower()
+        if strict not in ("", "0", "1", "true", "false", "yes", "no"):
+            raise SandboxConfigError(f"GRAPHRL_SANDBOX_STRICT={strict!r}: use 1 or 0")
+        warm = env.get("GRAPHRL_SANDBOX_WARM", str(WARM_SANDBOXES)).strip()
+        if not warm.isdigit() or int(warm) > 256:
+            raise SandboxConfigError(f"GRAPHRL_SANDBOX_WARM={warm!r}: use a number of sandboxes from 0 to 256")
+        backend = env.get("GRAPHRL_SANDBOX", "auto").strip() or "auto"
+        return cls(backend=backend, strict=strict in ("1", "true", "yes"), warm=int(warm))
+
+    def with_strict(self, strict: bool) -> SandboxPolicy:
+        return self if strict == self.strict else replace(self, strict=strict)
+
+
+def resolve_backend(policy: SandboxPolicy) -> str:
+    """The backend a call will use: bubblewrap when asked for or (auto) when it works here, else the launcher."""
+    if policy.backend == "launcher":
+        return "launcher"
+    if bubblewrap_works():
+        return "bubblewrap"
+    if policy.backend == "bubblewrap":
+        raise SandboxConfigError(
+            "GRAPHRL_SANDBOX=bubblewrap but bwrap is not installed or cannot create namespaces here "
+            "(install Debian's `bubblewrap`, or use GRAPHRL_SANDBOX=auto)"
+        )
+    return "launcher"
+
+
+@cache
+def bubblewrap_works() -> bool:
+    """Whether `bwrap` is on PATH and can make the namespaces we ask of it (a fact of the machine, probed once)."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return False
+    try:
+        done = subprocess.run(
+            [bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"]
+            + ["--cap-drop", "ALL", "--", "/bin/true"],
+            capture_output=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0
+
+
+def strict_paths() -> list[tuple[str, str | None]]:
+    """What a strict root holds, read-only: (path, None) to bind, (path, target) for a symlink.
+
+    The base interpreter's prefix (stdlib, no virtualenv site-packages), /usr and the library
+    directories the dynamic loader needs; nothing of /etc, /home, /root, /tmp, /run or /var."""
+    wanted = ["/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin"]
+    wanted += [sys.base_prefix, str(Path(strict_python()).parent)]
+    out: list[tuple[str, str | None]] = []
+    for path in wanted:
+        if not os.path.lexists(path) or any(path == p or path.startswith(p.rstrip("/") + "/") for p, _ in out):
+            continue
+        out.append((path, os.readlink(path) if os.path.islink(path) else None))
+    return out
+
+
+def strict_python() -> str:
+    """The base interpreter (outside any virtualenv): what strict mode runs."""
+    return os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+
+
+def bubblewrap_args(workdir: str, env: dict[str, str], policy: SandboxPolicy, python: str) -> tuple[list[str], dict]:
+    """bwrap's argument list for one call (the launcher adds `--seccomp FD` and the script's fd), and
+    the report entries those arguments guarantee."""
+    args = ["--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv"]
+    for key, value in env.items():
+        args += ["--setenv", key, value]
+    if policy.strict:
+        for path, link in strict_paths():
+            args += ["--symlink", link, path] if link is not None else ["--ro-bind", path, path]
+    else:
+        args += ["--ro-bind", "/", "/"]
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    args += ["--size", str(policy.disk_bytes), "--perms", "0700", "--tmpfs", workdir]
+    args += ["--file", "{script_fd}", os.path.join(workdir, "main.py"), "--chdir", workdir]
+    if policy.strict:
+        args += ["--remount-ro", "/"]
+    args += ["--", python, "-I", "main.py"]
+    claims = {
+        "user_namespace": True,
+        "network_isolated": True,
+        "pid_namespace": True,
+        "mount_namespace": True,
+        "proc_private": True,
+        "filesystem_readonly": True,
+        "dev_minimal": True,
+        "capabilities_dropped": True,
+        "strict_root": policy.strict,
+        "disk_limit": f"tmpfs:{policy.disk_bytes}",
+    }
+    return args, claims
+
+
+# ---------------------------------------------------------------- work directories and cgroups
+
+
+def make_workdir() -> str:
+    return os.path.realpath(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-"))
+
+
+def make_cgroups(policy: SandboxPolicy) -> list[dict[str, str]]:
+    """Fresh cgroups for one call (root only): pids.max and a memory limit for all its processes.
+
+    cgroup v1: one group in the pids and one in the memory hierarchy; v2: one group with both files.
+    A hierarchy that is missing or not writable is left out (the report says what held)."""
+    if os.geteuid() != 0:
+        return []
+    name = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    groups: list[dict[str, str]] = []
+    if os.path.isdir(CGROUP_V1["pids"]) or os.path.isdir(CGROUP_V1["memory"]):
+        for kind, root in CGROUP_V1.items():
+            files = {"pids": {"pids.max": policy.max_procs}, "memory": _memory_v1(policy)}[kind]
+            path = _cgroup(root, name, files)
+            if path:
+                groups.append({"kind": kind, "path": path})
+    elif os.path.exists(os.path.join(CGROUP_V2, "cgroup.controllers")):
+        files = {"pids.max": policy.max_procs, "memory.max": policy.memory_bytes, "memory.swap.max": 0}
+        path = _cgroup(CGROUP_V2, name, files, enable=("+pids", "+memory"))
+        if path:
+            groups.append({"kind": "unified", "path": path})
+    return groups
+
+
+def _memory_v1(policy: SandboxPolicy) -> dict[str, Any]:
+    return {"memory.limit_in_bytes": policy.memory_bytes, "memory.memsw.limit_in_bytes?": policy.memory_bytes}
+
+
+def _cgroup(root: str, name: str, files: dict[str, Any], enable: tuple[str, ...] = ()) -> str | None:
+    parent = os.path.join(root, "graphrl-sandbox")
+    try:
+        os.makedirs(parent, exist_ok=True)
+        for ctl in enable:  # v2: the controllers must be enabled for the parent's children
+            _try_write(os.path.join(root, "cgroup.subtree_control"), ctl)
+            _try_write(os.path.join(parent, "cgroup.subtree_control"), ctl)
+        path = os.path.join(parent, name)
+        os.mkdir(path)
+    except OSError:
+        return None
+    for file, value in files.items():
+        optional = file.endswith("?")
+        ok = _try_write(os.path.join(path, file.rstrip("?")), str(value))
+        if not ok and not optional:
+            rmdir(path)
+            return None
+    return path
+
+
+def _try_write(path: str, text: str) -> bool:
+    try:
+        with open(path, "w") as f:
+            f.write(text)
+        return True
+    except OSError:
+        return False
+
+
+def rmdir(path: str) -> bool:
+    try:
+        os.rmdir(path)
+        return True
+    except OSError:
+        return False
+
+
+def sweep_leftovers() -> list[str]:
+    """Remove work directories and cgroups whose owning process is gone (a SIGKILLed run's); returns them.
+
+    Their processes died with that run (the launcher's parent-death signal), so only empty cgroups
+    and files remain; a group that still holds a process is left alone (rmdir refuses it)."""
+    removed: list[str] = []
+    tmp = tempfile.gettempdir()
+    try:
+        names = os.listdir(tmp)
+    except OSError:
+        names = []
+    for name in names:
+        if name.startswith(WORKDIR_PREFIX) and _owner_gone(name[len(WORKDIR_PREFIX) :]):
+            path = os.path.join(tmp, name)
+            shutil.rmtree(path, ignore_errors=True)
+            if not os.path.exists(path):
+                removed.append(path)
+    roots = [*CGROUP_V1.values(), CGROUP_V2]
+    for root in roots:
+        parent = os.path.join(root, "graphrl-sandbox")
+        try:
+            groups = os.listdir(parent)
+        except OSError:
+            continue
+        for name in groups:
+            path = os.path.join(parent, name)
+            if os.path.isdir(path) and _owner_gone(name) and rmdir(path):
+                removed.append(path)
+    return removed
+
+
+def _owner_gone(name: str) -> bool:
+    pid, sep, _ = name.partition("-")
+    if not sep or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False

@@ -1,0 +1,106 @@
+"""Warm sandboxes: python tool calls that skip the sandbox's start-up, with the same guarantees.
+
+Input: a `SandboxPolicy` and a size. Output: `take(policy)` hands out a sandbox that was started
+ahead of time (launcher or bubblewrap, namespaces, mounts, cgroups, limits, seccomp all in place)
+and waits in `python_exec.WAITER` for its code; the call then execs a fresh `python -I main.py` in
+it, exactly as a cold call would. None when none is ready (the caller starts one itself).
+
+Invariants: a warm sandbox serves one call and is never reused (no state crosses calls); only calls
+whose policy equals the pool's are served; at most `size` are ready or starting; they belong to the
+event loop that started them (`ToolBox` keeps one pool per loop) and `close()` stops and removes
+every one of them, ready or still starting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import time
+
+from .python_exec import WAITER, Launched, dispose, launch
+from .sandbox_host import SandboxPolicy, rmdir
+
+POOL_CPU_S = 3600  # a waiting sandbox uses no CPU; the call lowers this to its own limit before it runs
+
+
+class SandboxPool:
+    def __init__(self, policy: SandboxPolicy, size: int):
+        self.policy = policy
+        self.size = size
+        self._ready: list[Launched] = []
+        self._starting: set[asyncio.Task] = set()
+        self._closed = False
+        self.served = 0  # calls that got a warm sandbox
+        self.missed = 0  # calls that found none ready
+
+    async def take(self, policy: SandboxPolicy) -> Launched | None:
+        if self._closed or self.size <= 0 or policy != self.policy:
+            return None
+        run = None
+        while self._ready and run is None:
+            candidate = self._ready.pop(0)
+            if candidate.proc.returncode is None:
+                run = candidate
+            else:  # died while waiting (killed from outside): never hand it out
+                await dispose(candidate)
+        if run is None:
+            self.missed += 1
+            if not self._ready and not self._starting and self.served + self.missed == 1:
+                self._refill()  # the very first call: start filling now
+        else:
+            self.served += 1
+        return run
+
+    def refill(self) -> None:
+        """Top the pool up to its size; called when a call has finished, so that starting the
+        replacements never competes with the call itself for the CPU."""
+        self._refill()
+
+    def _refill(self) -> None:
+        while not self._closed and len(self._ready) + len(self._starting) < self.size:
+            task = asyncio.create_task(self._start())
+            self._starting.add(task)
+            task.add_done_callback(self._starting.discard)
+
+    async def _start(self) -> None:
+        try:
+            run = await launch(WAITER, cpu_s=POOL_CPU_S, policy=self.policy)
+        except (OSError, ValueError):
+            return  # the next call starts its own sandbox and reports what failed
+        if self._closed:
+            await dispose(run)
+        else:
+            self._ready.append(run)
+
+    def abandon(self) -> None:
+        """Stop every warm sandbox without an event loop (its own loop is gone or elsewhere): kill the
+        process groups; their work directories and cgroups go with the next sweep or close here."""
+        self._closed = True
+        ready, self._ready = self._ready, []
+        for run in ready:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(run.proc.pid, signal.SIGKILL)
+            if run.report_r >= 0:
+                os.close(run.report_r)
+                run.report_r = -1
+            shutil.rmtree(run.workdir, ignore_errors=True)
+            for group in run.cgroups:  # empty once the killed processes are reaped (milliseconds)
+                for _ in range(50):
+                    if rmdir(group["path"]):
+                        break
+                    time.sleep(0.01)
+
+    async def close(self) -> None:
+        """Stop every warm sandbox (and those still starting); later `take`s get None."""
+        self._closed = True
+        for task in list(self._starting):
+            task.cancel()
+        for task in list(self._starting):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        ready, self._ready = self._ready, []
+        for run in ready:
+            await dispose(run)

@@ -1,0 +1,127 @@
+"""Sandbox host side: policy from the environment, backend choice, the leftover sweep, the seccomp
+program's shape, the ToolBox's strict argument and `graphrl doctor`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from graphrl.cli import main as cli_main
+from graphrl.tools import _sandbox_launcher as launcher
+from graphrl.tools import sandbox_host
+from graphrl.tools.registry import ToolBox
+from graphrl.tools.sandbox_host import SandboxConfigError, SandboxPolicy
+
+linux = pytest.mark.skipif(sys.platform != "linux", reason="namespaces, cgroups and seccomp are Linux")
+
+
+def test_policy_from_env_reads_backend_and_strict():
+    assert SandboxPolicy.from_env({}) == SandboxPolicy(warm=2)
+    pol = SandboxPolicy.from_env({"GRAPHRL_SANDBOX": "launcher", "GRAPHRL_SANDBOX_STRICT": "1"})
+    assert (pol.backend, pol.strict) == ("launcher", True)
+    with pytest.raises(SandboxConfigError, match="unknown sandbox backend 'docker'"):
+        SandboxPolicy.from_env({"GRAPHRL_SANDBOX": "docker"})
+    with pytest.raises(SandboxConfigError, match="GRAPHRL_SANDBOX_STRICT='maybe'"):
+        SandboxPolicy.from_env({"GRAPHRL_SANDBOX_STRICT": "maybe"})
+    assert SandboxConfigError("x").exit_code == 2
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_the_sweep_removes_only_what_dead_processes_left(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(sandbox_host, "CGROUP_V1", {"pids": str(tmp_path / "cg")})
+    monkeypatch.setattr(sandbox_host, "CGROUP_V2", str(tmp_path / "cg2"))
+    dead, alive = _dead_pid(), os.getpid()
+    stale = tmp_path / f"graphrl-py-{dead}-abc"
+    live = tmp_path / f"graphrl-py-{alive}-def"
+    other = tmp_path / "graphrl-py-notapid"
+    for d in (stale, live, other):
+        (d / "sub").mkdir(parents=True)
+    stale_group = tmp_path / "cg" / "graphrl-sandbox" / f"{dead}-0123"
+    live_group = tmp_path / "cg" / "graphrl-sandbox" / f"{alive}-4567"
+    stale_group.mkdir(parents=True)
+    live_group.mkdir(parents=True)
+    removed = sandbox_host.sweep_leftovers()
+    assert sorted(removed) == sorted([str(stale), str(stale_group)])
+    assert live.exists() and other.exists() and live_group.exists()
+
+
+def test_seccomp_program_shape():
+    prog = launcher.seccomp_program("x86_64")
+    assert prog is not None and len(prog) % 8 == 0
+    ins = [struct.unpack("=HBBI", prog[i : i + 8]) for i in range(0, len(prog), 8)]
+    for i, (code, jt, jf, _k) in enumerate(ins):  # every jump lands inside the program
+        if code & 0x07 == 0x05:
+            assert i + 1 + max(jt, jf) < len(ins)
+    assert ins[-1] == (0x06, 0, 0, 0x7FFF0000)  # falls through to allow
+    assert launcher.seccomp_program("sparc") is None
+
+
+@linux
+def test_strict_argument_of_the_python_tool_turns_strict_mode_on(tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("hunter2")
+    box = ToolBox(sandbox=SandboxPolicy(backend="launcher"))
+    code = f"import os\nprint(os.path.exists({str(secret)!r}))"
+
+    async def both():
+        plain = await box.call("python", {"code": code}, timeout=5, max_chars=None)
+        strict = await box.call("python", {"code": code, "strict": True}, timeout=5, max_chars=None)
+        return plain, strict
+
+    plain, strict = asyncio.run(both())
+    assert plain.ok and plain.text.strip() == "True"
+    if not strict.data["sandbox"].get("strict_root"):
+        pytest.skip(f"no strict root here: {strict.data['sandbox'].get('errors')}")
+    assert strict.ok and strict.text.strip() == "False"
+
+
+@linux
+def test_doctor_says_which_backend_and_guarantees(monkeypatch):
+    monkeypatch.setenv("GRAPHRL_SANDBOX", "launcher")
+    res = CliRunner().invoke(cli_main, ["doctor", "--json"])
+    assert res.exit_code == 0, res.output
+    rep = json.loads(res.output)
+    assert rep["backend"] == "launcher" and "unix_sockets_blocked" in rep
+    res = CliRunner().invoke(cli_main, ["doctor"])
+    assert res.exit_code == 0 and "python sandbox: backend launcher" in res.output
+    monkeypatch.setenv("GRAPHRL_SANDBOX", "docker")
+    res = CliRunner().invoke(cli_main, ["doctor"])
+    assert res.exit_code == 2 and "unknown sandbox backend 'docker'" in res.output
+
+
+def test_a_bad_sandbox_setting_stops_graphrl_run_with_exit_2(tmp_path):
+    env = {**os.environ, "GRAPHRL_SANDBOX": "docker", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    repo = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "graphrl",
+            "run",
+            str(repo / "graphs/hello.yaml"),
+            "--data",
+            str(repo / "data/math.jsonl"),
+        ]
+        + ["--out", str(tmp_path / "t.jsonl"), "--model", "tiny", "--limit", "1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "unknown sandbox backend 'docker'" in done.stderr and "Traceback" not in done.stderr

@@ -1,0 +1,109 @@
+"""Warm sandboxes (`SandboxPool`): a call served by a sandbox started ahead of time behaves exactly as
+a cold call (output, exit status, stdin, timeout, output cap, limits, report), each warm sandbox
+serves one call only, and closing the pool leaves no process, directory or cgroup behind."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from graphrl.tools.python_exec import run_python
+from graphrl.tools.sandbox_host import SandboxPolicy, bubblewrap_works
+from graphrl.tools.sandbox_pool import SandboxPool
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the sandbox is Linux")
+BACKENDS = ["launcher"] + (["bubblewrap"] if sys.platform == "linux" and bubblewrap_works() else [])
+
+PROGRAMS = [
+    ("print('hello')\nimport sys\nprint('err', file=sys.stderr)", None, 5),
+    ("import sys\nsys.exit(3)", None, 5),
+    ("raise ValueError('boom')", None, 5),
+    ("import sys\nprint(sys.stdin.read().upper())", "from stdin", 5),
+    ("import time\ntime.sleep(10)", None, 1),
+    ("while True:\n    print('x' * 10000)", None, 5),
+    ("import os\nprint(sorted(os.listdir('.')), os.getcwd().startswith('/tmp/graphrl-py-'))", None, 5),
+    ("import resource\nprint(resource.getrlimit(resource.RLIMIT_CPU))", None, 7),
+    ("blob = bytearray(4 << 30)", None, 5),
+]
+
+
+def _text(res) -> str:
+    """The observation with the random work directory name taken out."""
+    return re.sub(r"graphrl-py-\d+-\w+", "graphrl-py-WORKDIR", res.text)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_warm_call_is_the_same_as_a_cold_one(backend):
+    policy = SandboxPolicy(backend=backend, warm=2)
+
+    async def both():
+        pool = SandboxPool(policy, 2)
+        await pool.take(policy)  # starts the pool (nothing ready yet on the very first take)
+        out = []
+        try:
+            for code, stdin, timeout in PROGRAMS:
+                await asyncio.sleep(0.3)  # let a warm one be ready
+                served = pool.served
+                warm = await run_python(code, timeout=timeout, stdin=stdin, policy=policy, warm=pool)
+                assert pool.served == served + 1, f"not served warm: {code!r}"
+                cold = await run_python(code, timeout=timeout, stdin=stdin, policy=policy)
+                out.append((code, warm, cold))
+        finally:
+            await pool.close()
+        return out
+
+    for code, warm, cold in asyncio.run(both()):
+        assert (warm.ok, warm.error, warm.data["exit_status"]) == (cold.ok, cold.error, cold.data["exit_status"]), code
+        assert _text(warm) == _text(cold), code
+        assert warm.data["sandbox"] == cold.data["sandbox"], code
+
+
+def test_a_warm_sandbox_serves_one_call_and_close_removes_everything():
+    policy = SandboxPolicy(backend="launcher", warm=3)
+
+    async def go():
+        pool = SandboxPool(policy, 3)
+        await pool.take(policy)
+        await asyncio.sleep(0.5)
+        ready = list(pool._ready)
+        a = await run_python("open('mark', 'w').write('1')\nimport os\nprint(os.getpid())", policy=policy, warm=pool)
+        b = await run_python("import os\nprint(os.path.exists('mark'))", policy=policy, warm=pool)
+        await asyncio.sleep(0.5)
+        waiting = list(pool._ready)
+        await pool.close()
+        return a, b, ready, waiting
+
+    a, b, ready, waiting = asyncio.run(go())
+    assert a.ok and b.ok and b.text == "False\n"  # a fresh sandbox: nothing of the previous call
+    assert len(ready) == 3 and len(waiting) == 3  # refilled to its size
+    for run in ready + waiting:
+        assert run.proc.returncode is not None
+        assert not Path(run.workdir).exists()
+        assert all(not os.path.exists(g["path"]) for g in run.cgroups)
+
+
+def test_a_call_with_another_policy_is_never_served_warm():
+    policy = SandboxPolicy(backend="launcher", warm=1)
+
+    async def go():
+        pool = SandboxPool(policy, 1)
+        await pool.take(policy)
+        await asyncio.sleep(0.5)
+        strict = policy.with_strict(True)
+        got = await pool.take(strict)
+        await pool.close()
+        return got
+
+    assert asyncio.run(go()) is None
+
+
+def test_the_warm_setting_comes_from_the_environment():
+    assert SandboxPolicy.from_env({"GRAPHRL_SANDBOX_WARM": "0"}).warm == 0
+    assert SandboxPolicy.from_env({}).warm == 2 and SandboxPolicy().warm == 0
+    with pytest.raises(ValueError, match="GRAPHRL_SANDBOX_WARM='lots'"):
+        SandboxPolicy.from_env({"GRAPHRL_SANDBOX_WARM": "lots"})
