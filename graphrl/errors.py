@@ -16,6 +16,7 @@ EXIT_USAGE = 2  # bad flags, arguments or input files
 EXIT_INVALID = 3  # the graph has errors
 EXIT_MISSING_DEP = 4  # an optional dependency is missing
 EXIT_ROLLOUTS_FAILED = 5  # `graphrl run` finished, but too many rollouts failed (default: all of them)
+EXIT_SLIME_JOB_FAILED = 6  # `graphrl launch`: the slime job ran and did not succeed
 
 # module -> pip command. torch is installed on its own first so pip never swaps in a CUDA build.
 _INSTALL: dict[str, str] = {

@@ -2,22 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import shlex
-import shutil
-import subprocess
 import sys
-import time
-from pathlib import Path
 
 import click
 
-from ..compilers.checks import check_file
-from ..compilers.lower import lower
-from ..compilers.slime.config import flag_problems
-from ..compilers.slime.emit import write_slime_target
-from ..compilers.slime.launch import Missing, build_commands, execute, parse_flags, read_model_args
-from ..spec.diagnostics import has_errors
+from ..app.slime_launch import Cluster, InvalidGraph, SlimeJobFailed, prepare, run_launch
+from ..errors import UsageProblem
 from ._common import print_report
 
 
@@ -48,7 +39,26 @@ from ._common import print_report
     envvar="MEGATRON_DIR",
     help="Megatron-LM checkout, put on the job's PYTHONPATH.",
 )
-@click.option("--num-gpus", default=1, show_default=True, type=click.IntRange(1), help="GPUs for training (colocated).")
+@click.option("--num-gpus", default=1, show_default=True, type=click.IntRange(1), help="Training GPUs per node.")
+@click.option(
+    "--nodes",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Training nodes (more than 1 needs --address).",
+)
+@click.option(
+    "--rollout-gpus",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0),
+    help="GPUs for the rollout engines apart from training (slime without --colocate); 0: shared.",
+)
+@click.option(
+    "--address",
+    envvar="RAY_ADDRESS",
+    help="An existing Ray cluster's job address (e.g. http://HEAD:8265) [RAY_ADDRESS]; nothing is started or stopped.",
+)
 @click.option(
     "--python", "python", default="python3", show_default=True, help="The job's Python (must import graphrl)."
 )
@@ -64,85 +74,67 @@ def launch_command(
     ref_load,
     megatron_dir,
     num_gpus,
+    nodes,
+    rollout_gpus,
+    address,
     python,
     out_dir,
     dry_run,
 ):
-    """Compile GRAPH and train it with slime on a local Ray head; Ctrl-C stops the job.
+    """Compile GRAPH and train it with slime: on a Ray head started here, or on an existing Ray
+    cluster (--address / RAY_ADDRESS, several --nodes); Ctrl-C stops the job.
 
     Extra slime flags go after `--` and come last (they win over the recipe's defaults). Needs
-    Ray (pip install 'graphrl[ray]') and graphrl importable by the job's Python.
+    Ray (pip install 'graphrl[ray]') and graphrl importable by the job's Python. The same in Python:
+    graphrl.app.slime_launch.launch_slime. A job that fails exits 6.
 
     \b
     Example:
       graphrl launch graphs/hello.yaml --slime-dir /root/slime --hf-checkpoint /root/Qwen2.5-0.5B-Instruct \\
           --data train.jsonl --model-args qwen2.5-0.5B -- --num-rollout 100 --rollout-batch-size 8
-      graphrl launch graphs/memagent.yaml --slime-dir /root/slime --hf-checkpoint ... --data d.jsonl --dry-run
+      graphrl launch graphs/memagent.yaml --slime-dir /root/slime --hf-checkpoint ... --data d.jsonl \\
+          --address http://head:8265 --nodes 2 --num-gpus 8 --rollout-gpus 8 --dry-run
     """
-    g, diags = check_file(graph)
-    if g is None or has_errors(diags):
-        sys.exit(print_report([(graph, diags)]))
-    plan = lower(g)
-    problems = flag_problems(parse_flags(slime_args), plan)
-    if problems:
-        raise click.UsageError("these slime flags do not work with this graph:\n  - " + "\n  - ".join(problems))
-    slime = Path(slime_dir).resolve()
-    if not (slime / "train.py").is_file():
-        raise Missing(
-            f"no slime checkout at {slime} (train.py is missing)",
-            "git clone https://github.com/THUDM/slime, then pass --slime-dir with its path",
-        )
-    words = read_model_args(slime, model_args)
-    ray = shutil.which("ray")
-    if ray is None and not dry_run:
-        raise Missing(
-            "the `ray` executable is not on PATH (Ray is an optional extra of graphrl)", "pip install 'graphrl[ray]'"
-        )
-    out = Path(out_dir or Path("build") / plan.name).resolve()
-    write_slime_target(plan, out)
-    hf = str(Path(hf_checkpoint).resolve())
-    cmds = build_commands(
-        plan,
-        out,
-        slime_dir=slime,
-        hf_checkpoint=hf,
-        ref_load=str(Path(ref_load).resolve()) if ref_load else hf,
-        data=str(Path(data).resolve()),
-        model_arg_words=words,
-        num_gpus=num_gpus,
-        megatron_dir=megatron_dir,
-        python=python,
-        ray=ray or "ray",
-        extra=list(slime_args),
-        job_id=f"graphrl-{plan.name}-{time.strftime('%Y%m%d-%H%M%S')}",
-    )
-    if dry_run:
-        if ray is None:
-            click.echo(
-                "warning: no `ray` on PATH (pip install 'graphrl[ray]'); a real launch would stop here", err=True
-            )
-        click.echo(f"# compiled {graph} -> {out}")
-        click.echo("# check: the job's Python imports graphrl and the compiled module")
-        click.echo(shlex.join(["env", f"PYTHONPATH={cmds.preflight_env['PYTHONPATH']}", *cmds.preflight]))
-        for cmd in (cmds.start, cmds.submit):
-            click.echo(shlex.join(cmd))
-        click.echo("# on Ctrl-C: " + shlex.join(cmds.stop_job) + "; then always: " + shlex.join(cmds.stop))
-        return
-    env = {**os.environ, **cmds.preflight_env}
     try:
-        pre = subprocess.run(cmds.preflight, env=env, capture_output=True, text=True)
-        why = (pre.stderr.strip().splitlines() or ["?"])[-1] if pre.returncode else ""
-    except OSError as exc:
-        why = str(exc)
-    if why:
-        raise Missing(
-            f"the job's Python ({python}) cannot import graphrl and the compiled module: {why}",
-            f"{python} -m pip install graphrl (or pass --python with an interpreter that has it)",
+        launch = prepare(
+            graph,
+            slime_dir=slime_dir,
+            hf_checkpoint=hf_checkpoint,
+            data=data,
+            model_args=model_args,
+            ref_load=ref_load,
+            megatron_dir=megatron_dir,
+            cluster=Cluster(address=address, nodes=nodes, gpus_per_node=num_gpus, rollout_gpus=rollout_gpus),
+            python=python,
+            out_dir=out_dir,
+            slime_args=slime_args,
+            require_ray=not dry_run,
         )
-    rc = execute(cmds)
-    if rc == 130:
+    except InvalidGraph as exc:
+        sys.exit(print_report([(exc.path, exc.diagnostics)]))
+    except UsageProblem as exc:
+        raise click.UsageError(str(exc)) from None
+    cmds = launch.commands
+    if dry_run:
+        for warning in launch.warnings:
+            click.echo(f"warning: {warning}", err=True)
+        click.echo(f"# compiled {graph} -> {launch.out}")
+        if cmds.preflight:
+            click.echo("# check: the job's Python imports graphrl and the compiled module")
+            click.echo(shlex.join(["env", f"PYTHONPATH={cmds.preflight_env['PYTHONPATH']}", *cmds.preflight]))
+        else:
+            click.echo("# an existing Ray cluster: nothing is started or stopped; its Python must import graphrl")
+        for cmd in (cmds.start, cmds.submit):
+            if cmd:
+                click.echo(shlex.join(cmd))
+        after = "; then always: " + shlex.join(cmds.stop) if cmds.stop else ""
+        click.echo("# on Ctrl-C: " + shlex.join(cmds.stop_job) + after)
+        return
+    try:
+        run_launch(launch, python)
+    except KeyboardInterrupt:
         sys.exit(130)
-    if rc != 0:
-        click.echo(f"error: the slime job did not succeed (ray job submit exited {rc}); its logs are above", err=True)
-        sys.exit(rc)
-    click.echo(f"slime job {cmds.submit[cmds.submit.index('--submission-id') + 1]} finished")
+    except SlimeJobFailed as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    click.echo(f"slime job {launch.job_id} finished")

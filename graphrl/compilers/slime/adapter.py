@@ -20,7 +20,11 @@ Invariants:
 - a sample that comes back (--partial-rollout, status ABORTED with tokens) restarts from its prompt;
 - eval (`evaluation=True`): its own session id, the shared sampling dict is only read, and a
   fan-out rollout gives one sample (its last) carrying the whole rollout reward, so eval means are
-  per rollout.
+  per rollout; an eval dataset's `rm_type` (or another custom_rm_path) scores instead (`_eval_scorer`);
+- a graph that routed to `abort` is FAILED for slime (terminal), not ABORTED (slime's "retry");
+- `--rollout-max-context-len` bounds every trained call (the executor's `max_context_tokens`);
+  multimodal inputs are refused, never dropped;
+- `log_rollout` / `log_eval_rollout` (slime's rollout-log hooks) add per-node metrics (metrics.py).
 """
 
 from __future__ import annotations

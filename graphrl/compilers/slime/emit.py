@@ -156,16 +156,18 @@ def slime_flags(plan: Plan, out_dir: str | Path) -> list[str]:
     return flags + list(settings_of(plan).extra_args)
 
 
-def train_command(plan: Plan, out_dir: str | Path) -> list[Word]:
-    """The Ray job's entrypoint: slime's train.py with every flag this graph needs."""
+def train_command(plan: Plan, out_dir: str | Path, *, nodes: int = 1, rollout_gpus: int = 0) -> list[Word]:
+    """The Ray job's entrypoint: slime's train.py with every flag this graph needs. `rollout_gpus` 0:
+    rollout engines share the training GPUs (--colocate); N: N GPUs of their own (--rollout-num-gpus)."""
+    placement: list[Word] = ["--colocate"] if rollout_gpus == 0 else ["--rollout-num-gpus", str(rollout_gpus)]
     return [
         "python3",
         Var("SLIME_DIR", "/train.py"),
         "--actor-num-nodes",
-        "1",
+        str(nodes),
         "--actor-num-gpus-per-node",
         Var("NUM_GPUS"),
-        "--colocate",
+        *placement,
         Var("MODEL_ARGS", splat=True),
         "--hf-checkpoint",
         Var("HF_CHECKPOINT"),

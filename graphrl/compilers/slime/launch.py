@@ -1,4 +1,4 @@
-"""`graphrl launch`: a graph -> a slime training job on a local Ray head, in one command.
+"""`graphrl launch`: a graph -> a slime training job on a local Ray head or an existing Ray cluster.
 
 Input: GRAPH, a slime checkout (--slime-dir), the policy checkpoint, the training data, the Megatron
 model-args script name, extra slime flags after `--`.
@@ -9,13 +9,17 @@ Output: the compiled files in --out (default build/<graph name>); then, in order
                                          its logs streamed here until the job ends
     ray stop                             always, once the job is over
 
+With an existing cluster (`address`): no `ray start`, no `ray stop`, no local import check; the
+job is submitted to that address. `nodes` / `rollout_gpus` become slime's --actor-num-nodes and
+--colocate or --rollout-num-gpus (non-colocated).
 Ctrl-C: `ray job stop <id>` (the job itself, not only the log stream), `ray stop`, exit 130.
 `--dry-run`: compile, check, print the exact commands, start nothing.
 
-Exit codes (graphrl.errors): 0 the job succeeded; 2 usage (bad flags, or slime flags this graph
-cannot work with); 3 the graph has errors; 4 something to install or point at is missing: the slime
-checkout (train.py), scripts/models/<NAME>.sh, the `ray` executable (pip install 'graphrl[ray]'),
-graphrl in the job's Python; 130 interrupted; otherwise `ray job submit`'s status (1: the job failed).
+Exit codes (graphrl.errors; the library entry point is graphrl.app.slime_launch): 0 the job
+succeeded; 2 usage (bad flags, or slime flags this graph cannot work with); 3 the graph has errors;
+4 something to install or point at is missing: the slime checkout (train.py),
+scripts/models/<NAME>.sh, the `ray` executable (pip install 'graphrl[ray]'), graphrl in the job's
+Python; 6 the job ran and failed; 130 interrupted.
 """
 
 from __future__ import annotations
@@ -31,17 +35,18 @@ from ...errors import EXIT_MISSING_DEP, GraphrlError, UsageProblem
 from ...plan import Plan
 from ...spec.diagnostics import did_you_mean
 from .config import module_name
-from .emit import JOB_ADDRESS, needs_sglang_config, resolve, rollout_gpus, runtime_env, source_dir, train_command
+from .emit import JOB_ADDRESS, needs_sglang_config, resolve, runtime_env, source_dir, train_command
+from .emit import rollout_gpus as served_gpus
 
 
 @dataclass(frozen=True)
 class Commands:
     preflight: list[str]  # the job's Python imports graphrl and the compiled module
     preflight_env: dict[str, str]
-    start: list[str]
+    start: list[str]  # empty on an existing cluster
     submit: list[str]
     stop_job: list[str]
-    stop: list[str]
+    stop: list[str]  # empty on an existing cluster
 
 
 class Missing(GraphrlError):
@@ -107,6 +112,9 @@ def build_commands(
     model_arg_words: list[str],
     num_gpus: int,
     megatron_dir: str,
+    nodes: int = 1,
+    rollout_gpus: int = 0,
+    address: str | None = None,
     python: str,
     ray: str,
     extra: list[str],
@@ -120,13 +128,18 @@ def build_commands(
         "REF_LOAD": ref_load,
         "PROMPT_DATA": data,
     }
-    train = resolve(train_command(plan, out), values)
+    train = resolve(train_command(plan, out, nodes=nodes, rollout_gpus=rollout_gpus), values)
     train[0] = python
-    ray_gpus = max(num_gpus, rollout_gpus(plan)) if needs_sglang_config(plan) else num_gpus
+    if rollout_gpus:
+        ray_gpus = num_gpus + rollout_gpus
+    else:
+        ray_gpus = max(num_gpus, served_gpus(plan)) if needs_sglang_config(plan) else num_gpus
     env = runtime_env(megatron_dir, str(out), str(source_dir(plan)))
     pythonpath = os.pathsep.join([megatron_dir, str(out), str(source_dir(plan))])
+    job_address = address or JOB_ADDRESS
+    local = address is None  # a head started here, stopped afterwards; else an existing cluster
     return Commands(
-        preflight=[python, "-c", f"import graphrl.compilers.slime.adapter, {module_name(plan)}"],
+        preflight=[python, "-c", f"import graphrl.compilers.slime.adapter, {module_name(plan)}"] if local else [],
         preflight_env={"PYTHONPATH": pythonpath},
         start=[
             ray,
@@ -137,12 +150,14 @@ def build_commands(
             "--num-gpus",
             str(ray_gpus),
             "--disable-usage-stats",
-        ],
+        ]
+        if local
+        else [],
         submit=[
             ray,
             "job",
             "submit",
-            f"--address={JOB_ADDRESS}",
+            f"--address={job_address}",
             "--submission-id",
             job_id,
             f"--runtime-env-json={env}",
@@ -150,8 +165,8 @@ def build_commands(
             *train,
             *extra,
         ],
-        stop_job=[ray, "job", "stop", f"--address={JOB_ADDRESS}", job_id],
-        stop=[ray, "stop"],
+        stop_job=[ray, "job", "stop", f"--address={job_address}", job_id],
+        stop=[ray, "stop"] if local else [],
     )
 
 
@@ -161,8 +176,9 @@ def _run(cmd: list[str], **kw) -> int:
 
 
 def execute(cmds: Commands) -> int:
-    """Start Ray, run the job with its logs streamed, always stop Ray; Ctrl-C stops the job first."""
-    rc = _run(cmds.start)
+    """Start Ray (a local head), run the job with its logs streamed, always stop what was started;
+    Ctrl-C stops the job first. With an existing cluster nothing is started or stopped but the job."""
+    rc = _run(cmds.start) if cmds.start else 0
     if rc != 0:
         raise GraphrlError(f"`ray start` failed (exit {rc}); is a Ray head already running? (ray stop)")
     proc = None
@@ -180,4 +196,5 @@ def execute(cmds: Commands) -> int:
                 proc.terminate()
         return 130
     finally:
-        _run(cmds.stop)
+        if cmds.stop:
+            _run(cmds.stop)

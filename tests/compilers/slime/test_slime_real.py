@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from slime_testkit import GRAPHS, REPO
+from slime_testkit import GRAPHS, REPO, import_stubbed
 
 try:
     from slime.observability.rollout_data_utils import validate_rollout_id_annotated
@@ -531,46 +531,9 @@ def test_slimes_abort_during_a_tool_stops_before_the_next_policy_call(
 
 
 # ---------------------------------------------------------------------------------------- issue 14: hooks
-def _import_stubbed(module: str):
-    """Import a slime module that imports sglang / wandb, which the code under test does not use:
-    where sglang is not installed, those are stubbed for this import (skip if it still fails)."""
-    import importlib
-    import importlib.abc
-    import importlib.machinery
-    from unittest import mock
-
-    class _Stub(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-        def find_spec(self, name, path, target=None):
-            if name.split(".")[0] in ("sglang", "sglang_router", "wandb"):
-                return importlib.machinery.ModuleSpec(name, self, is_package=True)
-            return None
-
-        def create_module(self, spec):
-            stub = mock.MagicMock(name=spec.name)
-            stub.__path__, stub.__spec__ = [], spec
-            return stub
-
-        def exec_module(self, module):
-            pass
-
-    stub = None
-    try:
-        import sglang  # noqa: F401
-    except ImportError:
-        stub = _Stub()
-        sys.meta_path.insert(0, stub)
-    try:
-        return importlib.import_module(module)
-    except Exception as exc:
-        pytest.skip(f"{module} is not importable here: {type(exc).__name__}: {exc}")
-    finally:
-        if stub is not None:
-            sys.meta_path.remove(stub)
-
-
 def _rollout_manager_class():
     """slime's RolloutManager (the plain class under @ray.remote)."""
-    manager = _import_stubbed("slime.ray.rollout").RolloutManager
+    manager = import_stubbed("slime.ray.rollout").RolloutManager
     return getattr(manager, "__ray_actor_class__", manager)
 
 
@@ -837,8 +800,8 @@ def test_eval_rollout_with_an_eval_reward_key(slime_kit, tiny_server, tiny_check
 
 # ---------------------------------------------------------------------------------------- issue 14: metrics
 def test_per_node_metrics_reach_slimes_rollout_log(slime_kit, tiny_server, tiny_checkpoint, fresh_state, monkeypatch):
-    logging_utils = _import_stubbed("slime.observability.logging_utils")
-    rollout_metrics = _import_stubbed("slime.observability.rollout_metrics")
+    logging_utils = import_stubbed("slime.observability.logging_utils")
+    rollout_metrics = import_stubbed("slime.observability.rollout_metrics")
     out = _always_right_fanout(slime_kit)
     monkeypatch.syspath_prepend(str(out))
     host, port = tiny_server.removeprefix("http://").split(":")
