@@ -259,7 +259,10 @@ class SlimeTarget:
                 **(rollout_info if i == 0 else {}),
             )
             if "own_reward" in s.metadata:  # a node reward: normalised per role, not a credit share
-                info.update(own_reward=s.metadata["own_reward"], role=s.metadata["role"])
+                # own_reward: what trains (combined with the rollout reward per reward.node_rewards);
+                # node_reward: the node's score as it was
+                own = None if so.reward is None else _as_float(so.reward, key)
+                info.update(own_reward=own, node_reward=s.metadata["own_reward"], role=s.metadata["role"])
             out.append(
                 fill.finish(
                     target,

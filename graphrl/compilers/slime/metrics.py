@@ -13,6 +13,7 @@ sample per rollout the rollout's path and every call). Output: a flat {name: flo
   graphrl/node/<node>/trained_tokens            of those, tokens with loss mask 1, per rollout
   graphrl/node/<node>/latency_s                 mean latency of one of its calls (engine or tool)
   graphrl/node/<node>/tool_error_rate           share of its tool calls that failed (tool nodes)
+  graphrl/node/<node>/reward_mean               mean node reward of its samples (nodes with `reward:`)
 
 Samples graphrl did not produce are skipped; a step without any gives {}.
 """
@@ -29,6 +30,7 @@ def node_metrics(samples: list[Any]) -> dict[str, float]:
     infos: dict[Any, dict[str, Any]] = {}  # rollout key -> its rollout-level info
     generated: Counter[str] = Counter()
     trained: Counter[str] = Counter()
+    own: dict[str, list[float]] = defaultdict(list)  # role (node) -> its samples' own rewards
     for i, s in enumerate(samples):
         info = (getattr(s, "metadata", None) or {}).get("graphrl")
         if not isinstance(info, dict):
@@ -38,6 +40,8 @@ def node_metrics(samples: list[Any]) -> dict[str, float]:
         prev = infos.get(key)
         if prev is None or ("rollout_calls" in info and "rollout_calls" not in prev):
             infos[key] = info  # the sample that holds the rollout-level part (path, every call)
+        if info.get("node_reward") is not None and info.get("role"):
+            own[str(info["role"])].append(float(info["node_reward"]))
         for sp in info.get("spans") or ():
             n = int(sp["end"]) - int(sp["start"])
             if sp.get("kind") == "generated":
@@ -75,6 +79,8 @@ def node_metrics(samples: list[Any]) -> dict[str, float]:
             out[base + "latency_s"] = sum(latency[node]) / len(latency[node])
         if tool_calls[node]:
             out[base + "tool_error_rate"] = tool_errors[node] / tool_calls[node]
+    for node, values in sorted(own.items()):
+        out[f"{PREFIX}node/{node}/reward_mean"] = sum(values) / len(values)
     return out
 
 

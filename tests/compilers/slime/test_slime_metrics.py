@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from slime_standin import ArgsStandIn, SampleStandIn
+from slime_testkit import REPO
 
 from graphrl.compilers.slime.metrics import eval_node_metrics, node_metrics
 
@@ -69,3 +70,34 @@ def test_the_compiled_module_has_the_log_hooks(slime_kit, name):
     spec.loader.exec_module(mod)
     assert callable(getattr(mod, name))
     assert f"graphrl_single.{name}" in (out / "launch.sh").read_text()
+
+
+def test_node_rewards_reach_slime_per_sample_with_their_role_and_metrics(slime_kit):
+    """graphs/multi_agent.yaml through the compiled generate: every sample carries its own reward and
+    role; the log has each role's mean own reward; the post-process normalises per role."""
+    from graphrl.compilers.slime.rewards import post_process
+
+    slime_kit.compile(REPO / "graphs" / "multi_agent.yaml")
+
+    def reply(prompt: str, i: int) -> str:
+        if "Judgment: N" in prompt:
+            return "Judgment: 1"
+        return "\\boxed{12}" if i % 2 == 0 else "\\boxed{13}"
+
+    flat = []
+    for k in range(2):
+        target = slime_kit.target({"policy": slime_kit.engine(reply)})
+        sample = SampleStandIn(prompt="What is 7 + 5?", label="12", index=k, group_index=0)
+        flat += slime_kit.run(target, sample, ArgsStandIn(custom_reward_post_process_path="x.post_process_rewards"))
+    infos = [s.metadata["graphrl"] for s in flat]
+    assert [i["role"] for i in infos[:7]] == ["solve"] * 3 + ["rewrite"] * 3 + ["select"]
+    # what trains is the node's reward times the final factor (0.8: the selected rewrite is wrong)
+    assert all(s.reward == i["own_reward"] == pytest.approx(i["node_reward"] * 0.8) for s, i in zip(flat, infos))
+    m = node_metrics(flat)
+    for role in ("solve", "rewrite", "select"):
+        values = [i["node_reward"] for i in infos if i["role"] == role]
+        assert m[f"graphrl/node/{role}/reward_mean"] == pytest.approx(sum(values) / len(values))
+    raw, norm = post_process(ArgsStandIn(), flat, slime_kit.plan)
+    assert raw == [i["own_reward"] for i in infos]
+    for role in ("solve", "rewrite", "select"):  # centred within each role: a solver against solvers
+        assert sum(n for n, i in zip(norm, infos) if i["role"] == role) == pytest.approx(0.0, abs=1e-6)
