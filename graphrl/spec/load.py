@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import copy
 import re
-import stat
 import typing
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from .desugar import desugar
 from .diagnostics import Diagnostic, SourceCache, Span, did_you_mean
 from .model import GraphSpec, Message, Node
 from .nodes import SELECTORS, UpdateNode, node_kind
+from .template_files import TemplateRefused, read_template
 from .walk import walk_strings
 from .yamlsrc import Located, load_yaml
 
@@ -377,9 +377,9 @@ def _read_template_files(
         if TEMPLATE_FILE.match(content):
             tfile = base / content
             try:
-                text = _read_template(tfile, root, outside_ok=spec.templates_outside)
+                text = read_template(tfile, root, outside_ok=spec.templates_outside)
                 out[path] = TemplateSource(text, str(tfile), 1, 1, inline=False)
-            except _TemplateRefused as exc:
+            except TemplateRefused as exc:
                 diags.append(Diagnostic("E007", str(exc), loc.span(path), exc.hint))
             except (OSError, UnicodeDecodeError) as exc:
                 near = [p.name for p in tfile.parent.glob("*.j2")] if tfile.parent.is_dir() else []
@@ -411,9 +411,9 @@ def _read_chat_template(
     the templates folder unless templates_outside: true), a regular text file of at most 1 MiB."""
     tfile = graph_dir / name
     try:
-        text = _read_template(tfile, root, outside_ok=spec.templates_outside)
+        text = read_template(tfile, root, outside_ok=spec.templates_outside)
         return TemplateSource(text, str(tfile), 1, 1, inline=False)
-    except _TemplateRefused as exc:
+    except TemplateRefused as exc:
         diags.append(Diagnostic("E007", f"chat_template: {exc}", span, exc.hint))
     except (OSError, UnicodeDecodeError) as exc:
         near = (
@@ -429,38 +429,6 @@ def _read_chat_template(
         hint = did_you_mean(tfile.name, near) or f"chat_template: is relative to the graph file ({graph_dir})"
         diags.append(Diagnostic("E007", what, span, hint))
     return None
-
-
-MAX_TEMPLATE_BYTES = 1 << 20  # a prompt template larger than 1 MiB is refused
-
-
-class _TemplateRefused(Exception):
-    def __init__(self, message: str, hint: str):
-        super().__init__(message)
-        self.hint = hint
-
-
-def _read_template(tfile: Path, root: Path, *, outside_ok: bool) -> str:
-    """The text of a template file: inside the templates folder (symlinks resolved) unless the graph
-    says `templates_outside: true`, a regular file, at most MAX_TEMPLATE_BYTES."""
-    real = tfile.resolve()
-    if not outside_ok and not real.is_relative_to(root):
-        raise _TemplateRefused(
-            f"template file {tfile} is outside the templates folder {root}"
-            + (f" (it resolves to {real})" if real != tfile.absolute() else ""),
-            "keep prompt files under the graph's templates: folder, or set templates_outside: true",
-        )
-    st = real.stat()
-    if not stat.S_ISREG(st.st_mode):
-        raise _TemplateRefused(f"template file {tfile} is not a regular file", "point at a .j2 text file")
-    with open(real, "rb") as fh:
-        data = fh.read(MAX_TEMPLATE_BYTES + 1)
-    if len(data) > MAX_TEMPLATE_BYTES:
-        raise _TemplateRefused(
-            f"template file {tfile} is larger than {MAX_TEMPLATE_BYTES} bytes",
-            "a prompt template is text you wrote: split it, or pass large text in as data",
-        )
-    return data.decode("utf-8")
 
 
 # ---------------------------------------------------------------- template and expression sites

@@ -12,7 +12,7 @@ import pytest
 from graphrl.compilers.checks import check_file
 from graphrl.compilers.lower import lower
 from graphrl.plan import plan_json
-from graphrl.spec.load import MAX_TEMPLATE_BYTES
+from graphrl.spec.template_files import MAX_TEMPLATE_BYTES
 
 
 def graph(tmp_path, ref: str, extra: str = "") -> os.PathLike:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from graphrl.compilers.checks import check_file
-from graphrl.spec.load import MAX_TEMPLATE_BYTES
+from graphrl.spec.template_files import MAX_TEMPLATE_BYTES
 
 
 def _graph(tmp: Path, prompt: str, *, outside: bool = False) -> Path:
