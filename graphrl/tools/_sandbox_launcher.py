@@ -72,7 +72,7 @@ def seccomp_program(machine=None):
     runtime's) can be connected to or sent to; socketpair() stays for SOCK_STREAM / SOCK_SEQPACKET
     (asyncio's self-pipe uses it; a connected pair cannot be pointed elsewhere) and is refused for
     SOCK_DGRAM (whose sendto() takes any path). io_uring_setup fails (its socket operations would
-    bypass the filter); another ABI (x32, or 32-bit calls from a 64-bit process) kills the process.
+    bypass the filter); 32-bit calls from a 64-bit process kill it, x32 calls fail with ENOSYS.
     None on a machine without a table entry.
     """
     entry = SYSCALLS.get(machine or os.uname().machine)

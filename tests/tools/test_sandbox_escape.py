@@ -398,3 +398,19 @@ def test_strict_mode_fails_closed_where_no_strict_root_can_be_built():
     assert res.ok  # isolate=False is the caller's explicit opt-out, documented as no isolation at all
     res = py("print('ran')", policy=SandboxPolicy(backend="launcher", strict=True, disk_bytes=-1))
     assert not res.ok and "ran" not in res.text and "strict mode unavailable" in res.text
+
+
+def test_io_uring_cannot_be_set_up(report):
+    """io_uring's socket operations would bypass the socket filter: setting one up is refused."""
+    need(report, "unix_sockets_blocked")  # the seccomp filter is in force
+    if os.uname().machine not in ("x86_64", "aarch64"):
+        pytest.skip("the filter's syscall table covers x86_64 and aarch64")
+    code = (
+        "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "params = (ctypes.c_ubyte * 120)()\n"
+        "fd = libc.syscall(425, 4, ctypes.byref(params))\n"
+        "print(fd, os.strerror(ctypes.get_errno()) if fd < 0 else 'SET UP')"
+    )
+    res = py(code)
+    assert res.ok, res.text
+    assert res.text.startswith("-1 ") and "Operation not permitted" in res.text, res.text
