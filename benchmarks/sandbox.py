@@ -35,7 +35,7 @@ async def _bare() -> None:
 
 def _sandboxed(policy: SandboxPolicy | None, warm: bool = False):
     pools: dict[int, SandboxPool] = {}
-    served = [0, 0]  # calls served warm, the pool's count last seen
+    served = [0]  # calls the closed pools served warm
 
     async def call() -> None:
         pol = policy or SandboxPolicy()
@@ -45,11 +45,10 @@ def _sandboxed(policy: SandboxPolicy | None, warm: bool = False):
             pool = pools.setdefault(loop, SandboxPool(pol, pol.warm))
         res = await run_python(CODE, timeout=10, policy=pol, isolate=policy is not None, warm=pool)
         assert res.ok and res.text == "1\n", res.text
-        served[0] += bool(pool and pool.served > served[1])
-        served[1] = pool.served if pool else 0
 
     async def close() -> None:
         for pool in pools.values():
+            served[0] += pool.served
             await pool.close()
         pools.clear()
 

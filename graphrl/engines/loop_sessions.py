@@ -1,6 +1,8 @@
-"""One aiohttp session per event loop, closed when that loop shuts down.
+"""One aiohttp session (or any closeable per-loop resource) per event loop, closed when that loop
+shuts down.
 
-Input: a factory that makes a `aiohttp.ClientSession` (called inside the running loop).
+Input: a factory that makes a `aiohttp.ClientSession` (called inside the running loop), or any
+object with `closed` and an async `close()` (the python tool's warm sandbox pools).
 Output: `await sessions.get()` -> the running loop's session, made on first use.
 
 Why: an engine or tool box is created once but may be called from several event loops (slime's
@@ -13,7 +15,8 @@ Invariants:
   its async generators (`asyncio.run` does, before closing the loop): each session is watched by a
   small async generator registered with its loop's asyncgen hooks, whose `finally` closes it;
 - `close()` closes the running loop's session now; sessions of loops already closed without that
-  shutdown are forgotten (the loop is gone; nothing can run there any more).
+  shutdown are forgotten (the loop is gone; nothing can run there any more), after a synchronous
+  `abandon()` where the resource has one (a pool's processes are killed without their loop).
 """
 
 from __future__ import annotations
@@ -21,13 +24,22 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import AsyncGenerator, Callable
-
-import aiohttp
+from typing import Generic, Protocol, TypeVar
 
 __all__ = ["LoopSessions"]
 
 
-async def _close_at_loop_end(session: aiohttp.ClientSession) -> AsyncGenerator[None, None]:
+class Closeable(Protocol):
+    @property
+    def closed(self) -> bool: ...
+
+    async def close(self) -> None: ...
+
+
+T = TypeVar("T", bound=Closeable)
+
+
+async def _close_at_loop_end(session: Closeable) -> AsyncGenerator[None, None]:
     try:
         yield
     finally:
@@ -35,19 +47,19 @@ async def _close_at_loop_end(session: aiohttp.ClientSession) -> AsyncGenerator[N
             await session.close()
 
 
-class LoopSessions:
-    def __init__(self, factory: Callable[[], aiohttp.ClientSession]):
+class LoopSessions(Generic[T]):
+    def __init__(self, factory: Callable[[], T]):
         self._factory = factory
-        self._by_loop: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, tuple[aiohttp.ClientSession, AsyncGenerator[None, None]]
-        ] = weakref.WeakKeyDictionary()
+        self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[T, AsyncGenerator[None, None]]] = (
+            weakref.WeakKeyDictionary()
+        )
         self.opened = 0  # sessions made so far (one per loop that used this object)
 
     def open_sessions(self) -> int:
         """How many sessions are open now (at most one per live loop)."""
         return sum(1 for session, _ in list(self._by_loop.values()) if not session.closed)
 
-    async def get(self) -> aiohttp.ClientSession:
+    async def get(self) -> T:
         loop = asyncio.get_running_loop()
         entry = self._by_loop.get(loop)
         if entry is not None and not entry[0].closed:
@@ -68,4 +80,7 @@ class LoopSessions:
             if not session.closed:
                 await session.close()
         for loop in [lp for lp in list(self._by_loop) if lp.is_closed()]:
-            self._by_loop.pop(loop, None)
+            gone, _ = self._by_loop.pop(loop)
+            abandon = getattr(gone, "abandon", None)
+            if abandon is not None and not gone.closed:
+                abandon()

@@ -19,6 +19,7 @@ User tools and rewards with a parameter named `env` receive the instance.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -145,6 +146,7 @@ def with_env(fn: Callable[..., Any], args: dict[str, Any], live: LiveEnvironment
     return {**args, "env": live.env}
 
 
+@functools.lru_cache(maxsize=256)  # a tool or reward function is asked on every call: inspect it once
 def _takes_env(fn: Callable[..., Any]) -> bool:
     try:
         return "env" in inspect.signature(fn).parameters

@@ -90,8 +90,8 @@ class Executor:
         self.tools = tools
         self.rewards = rewards
         self.sampling = dict(sampling or {})
-        self.render = Renderer(plan, count_tokens=lambda text, model: len(endpoints.renderer(model).encode(text)))
         self.renderers = ModelRenderers(plan, endpoints)
+        self.render = Renderer(plan, count_tokens=lambda text, model: len(self.renderers.for_model(model).encode(text)))
         self.clock = clock
         # a training framework's context bound (slime's --rollout-max-context-len): every call whose
         # tokens go into a training sample keeps prompt + output within it (llm handler)
@@ -109,8 +109,8 @@ class Executor:
         r = RolloutState(inp=inp, ns={}, state={}, t0=t0)
         try:
             return await self._run(r, t0, abort)
-        finally:  # also when cancelled (slime's abort): sessions and environments never outlive the rollout
-            await r.resources.close()
+        finally:  # after the reward, also when cancelled (slime's abort): sessions and environments
+            await r.resources.close()  # never outlive the rollout
 
     async def _run(self, r: RolloutState, t0: float, abort: AbortSignal | None) -> RolloutResult:
         inp = r.inp
@@ -136,7 +136,6 @@ class Executor:
                 reward = None
                 why = f" (the rollout had ended {r.status}: {r.error})" if r.error else ""
                 r.status, r.error = "failed", f"reward: {type(exc).__name__}: {exc}{why}"
-        await r.resources.close()  # python sessions, environments: after the reward, whatever happened
         samples = self._finish_samples(r, reward)
         return RolloutResult(
             inp.rollout_id,

@@ -38,7 +38,8 @@ def finish_samples(
             except LedgerError:
                 continue  # a thread sample with no response yet: nothing to train on
         frozen.append(s)
-    own = [_own_reward(s, node_rewards) for s in frozen]
+    scored = [_own_reward(s, node_rewards) for s in frozen]  # (role, value) or None
+    own = [None if x is None else x[1] for x in scored]
     plain = [i for i, o in enumerate(own) if o is None]
     credits: list[Any] = [None] * len(frozen)
     if reward is not None and plain and spec is not None:
@@ -54,19 +55,22 @@ def finish_samples(
     for i, (s, credit) in enumerate(zip(frozen, credits)):
         st = status if status in ("aborted", "failed") else s.status
         meta = s.metadata
-        if own[i] is not None:  # targets normalise these per node (role), not as shares of the rollout
-            role = next(sp.node for sp in reversed(s.spans) if sp.kind == "generated")
-            meta = {**meta, "own_reward": own[i], "role": role}
+        hit = scored[i]
+        if hit is not None:  # targets normalise these per node (role), not as shares of the rollout
+            meta = {**meta, "own_reward": hit[1], "role": hit[0]}
         out.append(dataclasses.replace(s, index=i, rollout_id=rollout_id, status=st, reward=credit, metadata=meta))
     return tuple(out)
 
 
-def _own_reward(sample: TrainingSample, node_rewards: Mapping[tuple[str, int], float] | None) -> float | None:
+def _own_reward(
+    sample: TrainingSample, node_rewards: Mapping[tuple[str, int], float] | None
+) -> tuple[str, float] | None:
+    """(node, reward) of the sample's last generated visit that has its own reward, else None."""
     if not node_rewards:
         return None
     for span in reversed(sample.spans):
         if span.kind == "generated" and (span.node, span.visit) in node_rewards:
-            return node_rewards[(span.node, span.visit)]
+            return span.node, node_rewards[(span.node, span.visit)]
     return None
 
 

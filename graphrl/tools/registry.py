@@ -43,32 +43,17 @@ class ToolBox:
         self._search = list(search or [])
         self._sandbox = sandbox or SandboxPolicy()
         self._swept = False
-        self._pool: SandboxPool | None = None  # warm sandboxes of the event loop that made them
-        self._pool_loop: asyncio.AbstractEventLoop | None = None
+        # warm sandboxes, one pool per event loop (their processes belong to the loop that made them)
+        self._pools = LoopSessions(lambda: SandboxPool(self._sandbox, self._sandbox.warm))
         self._fns: dict[str, Callable[..., Any] | ImportProblem] = {}
         # keep-alive shorter than common servers' 5 s, so an idle socket the server closed is not reused
         self._http = LoopSessions(
             lambda: aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=256, keepalive_timeout=4.0))
         )
 
-    def _warm(self) -> SandboxPool | None:
-        if self._sandbox.warm <= 0:
-            return None
-        loop = asyncio.get_running_loop()
-        if self._pool is None or self._pool_loop is not loop:
-            if self._pool is not None:  # made in another loop: its processes end with that loop's pipes
-                self._pool.abandon()
-            self._pool, self._pool_loop = SandboxPool(self._sandbox, self._sandbox.warm), loop
-        return self._pool
-
     async def close(self) -> None:
         """Close the HTTP session and the warm sandboxes of this event loop's tools (no-op if none)."""
-        pool, self._pool, self._pool_loop = self._pool, None, None
-        if pool is not None:
-            try:
-                await pool.close()
-            except RuntimeError:  # made in a loop that is gone
-                pool.abandon()
+        await self._pools.close()
         await self._http.close()
 
     async def _python(self, args: dict[str, Any], timeout: float, resources: RolloutResources | None) -> ToolResult:
@@ -79,7 +64,8 @@ class ToolBox:
         policy = self._sandbox.with_strict(self._sandbox.strict or _truthy(args.get("strict")))
         code = str(args.get("code", ""))
         if not _truthy(args.get("session")):
-            return await run_python(code, timeout=timeout, stdin=args.get("stdin"), policy=policy, warm=self._warm())
+            warm = await self._pools.get() if self._sandbox.warm > 0 else None
+            return await run_python(code, timeout=timeout, stdin=args.get("stdin"), policy=policy, warm=warm)
         if resources is None:
             return ToolResult(
                 "[python session: no rollout to hold it (called outside a graph)]", ok=False, error="session"

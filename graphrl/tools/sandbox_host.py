@@ -176,20 +176,18 @@ def make_cgroups(policy: SandboxPolicy) -> list[dict[str, str]]:
     groups: list[dict[str, str]] = []
     if os.path.isdir(CGROUP_V1["pids"]) or os.path.isdir(CGROUP_V1["memory"]):
         for kind, root in CGROUP_V1.items():
-            files = {"pids": {"pids.max": policy.max_procs}, "memory": _memory_v1(policy)}[kind]
-            path = _cgroup(root, name, files)
+            limits = {"pids": {"pids.max": policy.max_procs}, "memory": {"memory.limit_in_bytes": policy.memory_bytes}}
+            path = _cgroup(root, name, limits[kind])
+            if path and kind == "memory":  # swap too, where swap accounting exists (best effort)
+                _try_write(os.path.join(path, "memory.memsw.limit_in_bytes"), str(policy.memory_bytes))
             if path:
                 groups.append({"kind": kind, "path": path})
     elif os.path.exists(os.path.join(CGROUP_V2, "cgroup.controllers")):
-        files = {"pids.max": policy.max_procs, "memory.max": policy.memory_bytes, "memory.swap.max": 0}
-        path = _cgroup(CGROUP_V2, name, files, enable=("+pids", "+memory"))
+        unified = {"pids.max": policy.max_procs, "memory.max": policy.memory_bytes, "memory.swap.max": 0}
+        path = _cgroup(CGROUP_V2, name, unified, enable=("+pids", "+memory"))
         if path:
             groups.append({"kind": "unified", "path": path})
     return groups
-
-
-def _memory_v1(policy: SandboxPolicy) -> dict[str, Any]:
-    return {"memory.limit_in_bytes": policy.memory_bytes, "memory.memsw.limit_in_bytes?": policy.memory_bytes}
 
 
 def _cgroup(root: str, name: str, files: dict[str, Any], enable: tuple[str, ...] = ()) -> str | None:
@@ -204,9 +202,7 @@ def _cgroup(root: str, name: str, files: dict[str, Any], enable: tuple[str, ...]
     except OSError:
         return None
     for file, value in files.items():
-        optional = file.endswith("?")
-        ok = _try_write(os.path.join(path, file.rstrip("?")), str(value))
-        if not ok and not optional:
+        if not _try_write(os.path.join(path, file), str(value)):
             rmdir(path)
             return None
     return path

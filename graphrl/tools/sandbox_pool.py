@@ -7,8 +7,8 @@ it, exactly as a cold call would. None when none is ready (the caller starts one
 
 Invariants: a warm sandbox serves one call and is never reused (no state crosses calls); only calls
 whose policy equals the pool's are served; at most `size` are ready or starting; they belong to the
-event loop that started them (`ToolBox` keeps one pool per loop) and `close()` stops and removes
-every one of them, ready or still starting.
+event loop that started them (`ToolBox` keeps one pool per loop with `LoopSessions`, which closes
+it when that loop shuts down) and `close()` stops and removes every one of them, ready or starting.
 """
 
 from __future__ import annotations
@@ -35,6 +35,10 @@ class SandboxPool:
         self._closed = False
         self.served = 0  # calls that got a warm sandbox
         self.missed = 0  # calls that found none ready
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     async def take(self, policy: SandboxPolicy) -> Launched | None:
         if self._closed or self.size <= 0 or policy != self.policy:

@@ -107,3 +107,24 @@ def test_the_warm_setting_comes_from_the_environment():
     assert SandboxPolicy.from_env({}).warm == 2 and SandboxPolicy().warm == 0
     with pytest.raises(ValueError, match="GRAPHRL_SANDBOX_WARM='lots'"):
         SandboxPolicy.from_env({"GRAPHRL_SANDBOX_WARM": "lots"})
+
+
+def test_a_toolbox_pool_belongs_to_its_loop_and_ends_with_it():
+    """ToolBox keeps one pool per event loop (LoopSessions): a loop that shuts down closes its pool,
+    so no warm sandbox outlives the loop it was started for."""
+    from graphrl.tools.registry import ToolBox
+
+    box = ToolBox(sandbox=SandboxPolicy(backend="launcher", warm=1))
+    pools = []
+
+    async def one_call():
+        res = await box.call("python", {"code": "print(1)"}, timeout=5, max_chars=None)
+        await asyncio.sleep(0.5)  # the pool refills after the call
+        pools.append(await box._pools.get())
+        return res
+
+    first = asyncio.run(one_call())
+    second = asyncio.run(one_call())
+    assert first.ok and second.ok
+    assert pools[0] is not pools[1] and pools[0].closed and pools[1].closed
+    assert box._pools.opened == 2
