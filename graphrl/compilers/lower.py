@@ -66,6 +66,13 @@ def _resolve_node(g: Graph, nid: str, inlined: dict[tuple, str]) -> Any:
     return _with_files(node, ("nodes", nid), [path for path, _ in node.messages()], inlined)
 
 
+def _thread_messages(th: Any) -> list[tuple]:
+    out: list[tuple] = [("prompt", i, m.role) for i, m in enumerate(th.prompt)]
+    if th.summarize is not None:
+        out += [("summarize", "prompt", i, m.role) for i, m in enumerate(th.summarize.prompt)]
+    return out
+
+
 def _resolve_reward(spec: GraphSpec):
     """The reward with its training key explicit: a composite reward trains on its `score`."""
     r = spec.reward
@@ -88,8 +95,7 @@ def lower(g: Graph) -> Plan:
     inlined, files = _inline_templates(g)
     spec: GraphSpec = g.spec
     threads = {
-        tid: _with_files(th, ("threads", tid), [("prompt", i, m.role) for i, m in enumerate(th.prompt)], inlined)
-        for tid, th in spec.threads.items()
+        tid: _with_files(th, ("threads", tid), _thread_messages(th), inlined) for tid, th in spec.threads.items()
     }
     flow = build_flow(g)
     layout = sample_layout(g, flow)

@@ -291,6 +291,28 @@ class ChatThread:
     def state(self) -> str:
         return self._state
 
+    @property
+    def opening(self) -> int:
+        """How many messages the thread opened with (a budget never drops or summarises them)."""
+        return self._opening
+
+    def replace_history(
+        self, messages: Iterable[Mapping[str, Any]], *, note: str, budget: int | None = None
+    ) -> ThreadDelta:
+        """Restart the thread from `messages` (e.g. its opening, a summary of older turns, the newest
+        turns): rendered afresh with the generation prompt, a new prompt (kind "prompt": the caller
+        starts a new sample). ContextBudgetError, with the thread unchanged, when the rendering has
+        more than `budget` ids."""
+        if self._pending:
+            raise ThreadStateError("replace_history needs a prepared thread (messages are queued)")
+        msgs = [template_message(m) for m in messages]
+        rendered = self._render(msgs)
+        ids = self._r.encode(rendered)
+        if budget is not None and len(ids) > budget:
+            raise ContextBudgetError(f"the thread needs {len(ids)} tokens after {note}, over its {budget}-token budget")
+        self._messages, self._continuing = msgs, False
+        return self._restart(rendered, drift=note, ids=ids)
+
     def add_messages(self, messages: Iterable[Mapping[str, Any]]) -> None:
         """Queue messages (tool results, a user turn); the next `prepare` renders them all at once."""
         self._pending.extend(template_message(m) for m in messages)
@@ -425,8 +447,8 @@ class ChatThread:
             "and the newest turn"
         )
 
-    def _restart(self, rendered: str, drift: str | None) -> ThreadDelta:
-        ids = list(self._r.encode(rendered))
+    def _restart(self, rendered: str, drift: str | None, ids: Sequence[int] | None = None) -> ThreadDelta:
+        ids = list(self._r.encode(rendered) if ids is None else ids)
         if not ids:
             raise ValueError("the chat template rendered an empty prompt")
         self._ids, self._text, self._tail, self._state = ids, rendered, "", "ready"

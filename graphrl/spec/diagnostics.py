@@ -51,6 +51,11 @@ CODES: dict[str, tuple[str, str]] = {
     "E309": ("no-environment", "env_step, env_reward or an `env` parameter used by a graph with no `environment:`"),
     "E310": ("completion-mode-conflict", "completion mode mixed with chat turns in a thread, or given tool schemas"),
     "E311": ("reward-untrained-node", "a node reward on a node whose tokens are not trained"),
+    "E320": (
+        "thread-overflow-policy",
+        "on_overflow: summarize without summarize: or max_tokens:, or summarize: with on_overflow: truncate",
+    ),
+    "E321": ("trained-frozen-summary", "summarize: train: true with a model other than the policy"),
     "E401": ("trained-frozen-model", "a trained node runs on a frozen (non-policy) model"),
     "W402": ("no-trained-node", "no node is trained: the graph produces no training signal"),
     "E403": ("fanout-incompatible", "a fan-out graph combined with slime settings that break it"),

@@ -305,6 +305,9 @@ def _messages(spec: GraphSpec, nodes: dict[str, Node]) -> Iterator[tuple[tuple, 
     for tid, th in spec.threads.items():
         for i, m in enumerate(th.prompt):
             yield ("threads", tid, "prompt", i, m.role), m
+        if th.summarize is not None:
+            for i, m in enumerate(th.summarize.prompt):
+                yield ("threads", tid, "summarize", "prompt", i, m.role), m
     for nid, n in nodes.items():
         for path, m in n.messages():
             yield ("nodes", nid, *path), m
@@ -449,6 +452,10 @@ def _sites(g: Graph) -> Iterator[Site]:
             yield site(("threads", tid, "prompt", i, m.role), m.content, "template", None)
         if th.tools:
             yield site(("threads", tid, "tools"), th.tools, "template", None)
+        if th.summarize is not None:
+            for i, m in enumerate(th.summarize.prompt):
+                yield site(("threads", tid, "summarize", "prompt", i, m.role), m.content, "template", None)
+            yield site(("threads", tid, "summarize", "content"), th.summarize.content, "template", None)
     for nid, n in g.nodes.items():
         base = ("nodes", nid)
         if n.foreach:

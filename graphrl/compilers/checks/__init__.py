@@ -14,7 +14,7 @@ from ...spec.diagnostics import Diagnostic, sort_diagnostics
 from ...spec.load import Graph, load_graph
 from ..flow import build_flow
 from ..targets import TARGETS, Target, sections
-from . import chat, graph, refs, templates, training
+from . import chat, graph, refs, templates, threads, training
 
 CHECKS = (
     graph.unknown_targets,
@@ -33,6 +33,7 @@ CHECKS = (
     refs.check_rewards,
     refs.check_node_rewards,
     templates.check_templates,
+    threads.thread_policies,
     chat.chat_templates,
     chat.completion_mode,
     training.trained_frozen,

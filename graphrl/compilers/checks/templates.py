@@ -52,6 +52,8 @@ def _bound(g: Graph, flow: Flow, site: Site, env_globals: frozenset[str]) -> set
         return names
     if g.spec.environment is not None:
         names.add("env")  # what the environment's reset() returned
+    if site.path[:1] == ("threads",) and site.path[2:3] == ("summarize",):  # the summary call's own names
+        names.add("dropped" if site.path[3] == "prompt" else "summary")
     nid = site.node
     if nid is None:  # reward: every node may have run, and the rollout's usage is known
         return names | set(g.nodes) | {"usage"}
