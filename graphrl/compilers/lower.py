@@ -102,6 +102,9 @@ def lower(g: Graph) -> Plan:
     models = {name: _with_files(m, ("models", name), [("chat_template",)], inlined) for name, m in spec.models.items()}
     models.setdefault(POLICY, ModelDecl())
     source_text = Path(g.file).read_text(encoding="utf-8")
+    for inc in g.includes:  # the plan's hash covers the included files too (resume compares it)
+        name = Path(os.path.relpath(inc, Path(g.file).parent)).as_posix()
+        source_text += f"\0{name}\0" + Path(inc).read_text(encoding="utf-8")
     return Plan(
         graphrl_version=__version__,
         name=spec.name,

@@ -28,6 +28,11 @@ CODES: dict[str, tuple[str, str]] = {
     "E005": ("duplicate-node", "two nodes share one id"),
     "E006": ("missing-key", "a required key is missing"),
     "E007": ("file-not-found", "a graph or template file does not exist or cannot be read"),
+    "E008": (
+        "bad-include",
+        "an include: that cannot be merged (missing, outside the folder, a cycle, a section it cannot hold)",
+    ),
+    "E009": ("include-conflict", "a name or section defined both in a graph and in a file it includes, or twice"),
     "E101": ("unknown-node", "an edge or reference names a node that does not exist"),
     "E102": ("unreachable-node", "no path leads from the start node to this node"),
     "E103": ("no-path-to-end", "from this node the rollout can never finish"),

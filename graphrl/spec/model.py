@@ -268,6 +268,11 @@ class GraphSpec(_Base):
         description="allow prompt files outside the templates directory "
         "(by default a path or symlink leading out of it is an error)",
     )
+    include: str | list[str] | None = Field(
+        None,
+        description="YAML files (relative to this file) whose sections (constants, models, inputs, state, "
+        "threads, nodes, reward, environment, limits) merge into this graph when it is loaded",
+    )
     constants: dict[str, Any] = Field(
         default_factory=dict,
         description="named values: usable by name in every "
