@@ -220,4 +220,7 @@ def expand_includes(loc: Located, graph_dir: Path) -> tuple[list[Diagnostic], li
     merger = _Merger(loc, graph_dir.resolve(), outside_ok)
     merger.run(loc, graph_dir, (Path(loc.file).resolve(),))
     loc.value = merger.doc
+    for table in (loc.spans, loc.key_spans):  # the include entries are not part of the merged graph
+        for path in [p for p in table if p[:1] == ("include",)]:
+            del table[path]
     return merger.diags, merger.files
