@@ -22,6 +22,8 @@ frozen model of the graph), two at a time by default:
                  call its own sample with its own reward)
   tau_retail     data/tau_retail.jsonl, 2 rows (a per-rollout shop environment, the embedded model
                  as the frozen customer simulator too)
+  pycheck        data/math.jsonl, 2 rows (the tutorial's graph: one constrained python check per
+                 rollout, so the tool node runs even on the 135M model)
   hello          data/math.jsonl, 3 rows x 2 samples
 Rows and samples are few and new tokens capped (default 64) so that the whole job takes minutes on
 two CPU cores with SmolLM2 (~25 tokens/s decoding, ~100 tokens/s prompt reading).
@@ -68,6 +70,7 @@ DEMO_RUNS = (  # the longest first, so that two at a time finish together
     DemoRun("retool", "retool.jsonl", limit=2, n_samples=1),
     DemoRun("multi_agent", "multi_agent.jsonl", limit=1, n_samples=1),
     DemoRun("tau_retail", "tau_retail.jsonl", limit=2, n_samples=1),
+    DemoRun("pycheck", "math.jsonl", limit=2, n_samples=1),
     DemoRun("hello", "math.jsonl", limit=3, n_samples=2),
 )
 

@@ -104,6 +104,8 @@ class LocalEngine:
         self._closed = False
         params = inspect.signature(model.forward).parameters
         self._keep_kw = next((k for k in ("logits_to_keep", "num_logits_to_keep") if k in params), None)
+        # the KV cache argument and output field: `cache` from transformers 5.x, `past_key_values` before
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
 
     # ----------------------------------------------------------------- protocol
     async def generate(
@@ -198,11 +200,11 @@ class LocalEngine:
 
     def _forward(self, ids: Sequence[int], kv: Any):
         x = self._torch.tensor([list(ids)], dtype=self._torch.long, device=self.device)
-        kwargs: dict[str, Any] = {"input_ids": x, "past_key_values": kv, "use_cache": True}
+        kwargs: dict[str, Any] = {"input_ids": x, self._cache_kw: kv, "use_cache": True}
         if self._keep_kw:
             kwargs[self._keep_kw] = 1
         out = self.model(**kwargs)
-        return out.logits[0, -1].float(), out.past_key_values
+        return out.logits[0, -1].float(), getattr(out, self._cache_kw)
 
     def _run(self, ids: list[int], p: SamplingParams, req: _Request) -> Generation:
         started = time.perf_counter()
