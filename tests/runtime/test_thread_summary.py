@@ -72,6 +72,8 @@ def test_older_messages_are_replaced_by_a_summary_as_a_new_sample(kit):
         s.check_invariants()
         assert len(s.prompt_ids) <= 120
         assert all(sp.node == "talk" for sp in s.spans)  # an untrained summary call is in no sample
+    # the summary calls are the rollout's calls too (usage, trajectories): on the writer's endpoint
+    assert [c.endpoint for c in res.calls].count("writer") == len(writer.requests)
     # the first sample ends with its last output, as generated
     assert res.samples[0].spans[-1].kind == "generated" and res.samples[0].spans[-1].mask == 1
 
