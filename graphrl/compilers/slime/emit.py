@@ -151,6 +151,8 @@ def slime_flags(plan: Plan, out_dir: str | Path) -> list[str]:
         "--custom-eval-rollout-log-function-path",
         f"{mod}.log_eval_rollout",
     ]
+    if settings_of(plan).teacher is not None:  # on-policy distillation: generate fills teacher_log_probs
+        flags += ["--use-opd", "--opd-type", "sglang"]
     if needs_sglang_config(plan):
         flags += ["--sglang-config", str(out / "sglang_config.yaml"), "--rollout-num-gpus", str(rollout_gpus(plan))]
     return flags + list(settings_of(plan).extra_args)
