@@ -161,11 +161,9 @@ def _opd_problems(args: Any, plan: Plan) -> list[str]:
     graph reward (generate fills the reward, so slime never calls its function) or fan-out breaks."""
     teacher = settings_of(plan).teacher
     use_opd, opd_type = _flag(args, "use_opd"), _flag(args, "opd_type")
-    if teacher is not None:
-        if use_opd is _MISSING:  # a hand-made args without slime's OPD flags: nothing to check
-            return []
-        if not use_opd or opd_type != "sglang":
-            now = "--use-opd --opd-type megatron" if use_opd and opd_type == "megatron" else "without --use-opd"
+    if teacher is not None:  # flags the namespace does not carry are not checked (launch: only the extras)
+        if (use_opd is not _MISSING and not use_opd) or (opd_type is not _MISSING and opd_type != "sglang"):
+            now = "without --use-opd" if use_opd is not _MISSING and not use_opd else f"--opd-type {opd_type}"
             return [
                 f"graph '{plan.name}' declares slime.teacher '{teacher}' (generate fills teacher_log_probs from it), "
                 f"but slime runs {now}: use --use-opd --opd-type sglang (graphrl compile's command has them), "
