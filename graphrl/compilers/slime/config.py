@@ -15,6 +15,7 @@ Invariants:
   MoE routing replay (graphrl does not forward the per-token data they need); on-policy distillation
   with a teacher server (--use-opd --opd-type sglang) for a graph with a reward or a fan-out graph,
   unless the graph declares its teacher (`slime.teacher`: then those flags are required instead);
+- with --rollout-external-engine-addrs slime serves no graph model (serve:), so such a graph is refused;
 - a flag the namespace does not carry at all is not checked, and without a router / hf_checkpoint
   in `args` the graph's own policy `url:` / `tokenizer:` are used (a hand-made `args` outside
   slime, e.g. slime's plugin contract tests); inside slime, args always win.
@@ -135,6 +136,13 @@ def flag_problems(args: Any, plan: Plan) -> list[str]:
             "only for untrained nodes)"
         )
     out += _opd_problems(args, plan)
+    served = sorted(n for n, d in plan.models.items() if n != POLICY and d.serve is not None)
+    if served and _set(args, "rollout_external_engine_addrs"):
+        out.append(
+            f"graph '{plan.name}' asks slime to serve {', '.join(served)} (serve:), but with "
+            "--rollout-external-engine-addrs slime starts no engines and ignores --sglang-config: it routes "
+            "only to the external policy engines. Give those models url: (servers you run), or drop the flag"
+        )
     if _set(args, "multimodal_keys"):
         out.append(
             "--multimodal-keys gives samples images/videos, but a graph renders text prompts from the row "
