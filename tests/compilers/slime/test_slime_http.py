@@ -234,7 +234,10 @@ def test_teacher_log_probs_over_http_equal_the_servers_own(slime_kit, tiny_serve
     async def main():
         try:
             got = [
-                await target.generate(args, SampleStandIn(prompt=f"Q{i}?", label="x", index=i), dict(sampling))
+                # the prompts and seeds of the multiturn test above: the same graph, the same rollouts
+                await target.generate(
+                    args, SampleStandIn(prompt=f"Question {i}?", label="x", index=i), dict(sampling, sampling_seed=i)
+                )
                 for i in range(2)
             ]
             slimes = []

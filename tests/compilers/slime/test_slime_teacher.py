@@ -211,3 +211,25 @@ def test_scoring_runs_concurrently_with_other_rollouts(slime_kit):
 
     a, b = asyncio.run(both())
     assert sorted(tuple(c["ids"]) for c in teacher.calls) == sorted([tuple(a.tokens), tuple(b.tokens)])
+
+
+def test_a_rollout_without_samples_gets_a_zero_placeholder(slime_kit):
+    teacher = TeacherDoubleForTests()
+    target = _distill(slime_kit, teacher, script=())  # the first policy call fails: no training sample
+    got = slime_kit.run(target, _sample(SampleStandIn), ArgsStandIn(**OPD))
+    assert got.metadata["graphrl"].get("placeholder") is True and got.response_length == 1
+    assert got.teacher_log_probs == [0.0] and teacher.calls == []
+
+
+def test_a_sample_coming_back_under_partial_rollout_is_scored_afresh(slime_kit):
+    teacher = TeacherDoubleForTests()
+    target = _distill(slime_kit, teacher, script=("I will look.", "A hint.", "Paris") * 2)
+    args = ArgsStandIn(partial_rollout=True, **OPD)
+    first = slime_kit.run(target, _sample(SampleStandIn), args)
+    first.status, first.teacher_log_probs = ST.ABORTED, [9.9] * first.response_length  # as if aborted mid-way
+    again = slime_kit.run(target, first, args)
+    n = again.response_length
+    assert again.teacher_log_probs == [
+        TeacherDoubleForTests.logprob(t, len(again.tokens) - n + j) for j, t in enumerate(again.tokens[-n:])
+    ]
+    assert teacher.calls[-1]["ids"] == again.tokens
