@@ -233,3 +233,10 @@ def test_a_sample_coming_back_under_partial_rollout_is_scored_afresh(slime_kit):
         TeacherDoubleForTests.logprob(t, len(again.tokens) - n + j) for j, t in enumerate(again.tokens[-n:])
     ]
     assert teacher.calls[-1]["ids"] == again.tokens
+
+
+def test_the_compiled_readme_names_the_teacher(slime_kit):
+    out = slime_kit.compile("distill")
+    assert "generate fills teacher_log_probs from model 'teacher'" in (out / "README.md").read_text()
+    out = slime_kit.compile("single", out="single")
+    assert "teacher_log_probs" not in (out / "README.md").read_text()
