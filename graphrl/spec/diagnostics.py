@@ -45,7 +45,7 @@ CODES: dict[str, tuple[str, str]] = {
     "E203": ("expression-syntax", "a Jinja expression does not parse"),
     "E204": ("unknown-field", "a reference to a field that the node's parser never produces"),
     "E205": ("unsafe-template", "a template reaches for Python internals (`_` attributes, format, attr)"),
-    "E301": ("unknown-model", "an llm node or reward names a model that is not declared"),
+    "E301": ("unknown-model", "an llm node, reward or slime.teacher names a model that is not declared"),
     "E302": ("unknown-tool", "a tool name that is neither built in nor an importable module:function"),
     "E303": ("bad-import", "a module:function path that cannot be imported"),
     "E304": ("bad-signature", "a user function whose signature does not accept the arguments given"),
@@ -67,6 +67,7 @@ CODES: dict[str, tuple[str, str]] = {
     "W404": ("context-overflow", "the worst-case token count can exceed the declared context length"),
     "W405": ("untrained-policy-sample", "a policy node enters a training sample with no trained tokens"),
     "W406": ("history-rewrite", "a thread is re-rendered with a chat template that rewrites earlier turns"),
+    "E407": ("teacher-is-policy", "slime.teacher names the policy: it would distil the trained model into itself"),
 }
 
 
