@@ -23,6 +23,7 @@ from ..spec.model import POLICY, GraphSpec, LLMNode, ModelDecl
 from .checks import check_file
 from .flow import build_flow
 from .layout import DEFAULT_MAX_TOKENS, sample_layout
+from .subgraphs import graph_nodes, load_child
 
 
 def _rel(path: str) -> str:
@@ -108,6 +109,7 @@ def lower(g: Graph) -> Plan:
         state=dict(spec.state),
         threads=threads,
         nodes={nid: _resolve_node(g, nid, inlined) for nid in g.nodes},
+        subgraphs=_subgraphs(g, models) or None,
         reward=_resolve_reward(spec),
         environment=spec.environment,
         limits=spec.limits,
@@ -115,12 +117,23 @@ def lower(g: Graph) -> Plan:
         training=Training(
             per_call=layout.per_call,
             threads=layout.threads,
-            fanout=layout.fanout,
+            fanout=layout.fanout or bool(graph_nodes(g)),  # a sub-graph's samples join the rollout's
             trained_nodes=tuple(nid for nid, n in g.nodes.items() if isinstance(n, LLMNode) and n.trained),
         ),
         templates=files,
         spans=_spans(g),
     )
+
+
+def _subgraphs(g: Graph, models: dict[str, ModelDecl]) -> dict[str, Plan]:
+    """Each `graph` node's child, lowered on its own (checked with the parent), on the parent's models."""
+    out: dict[str, Plan] = {}
+    for nid in graph_nodes(g):
+        child, _ = load_child(g, nid)
+        if child is None:  # checked before lowering: cannot happen for a graph that passed check
+            raise ValueError(f"{g.span('nodes', nid, 'graph')}: sub-graph of '{nid}' does not load")
+        out[nid] = lower(child).model_copy(update={"models": {k: models[k] for k in sorted(models)}})
+    return out
 
 
 def plan_from_path(path: str | Path) -> tuple[Plan | None, list[Diagnostic]]:

@@ -14,7 +14,7 @@ from ...spec.diagnostics import Diagnostic, sort_diagnostics
 from ...spec.load import Graph, load_graph
 from ..flow import build_flow
 from ..targets import TARGETS, Target, sections
-from . import chat, graph, refs, templates, training
+from . import chat, composition, graph, refs, templates, training
 
 CHECKS = (
     graph.unknown_targets,
@@ -25,6 +25,8 @@ CHECKS = (
     graph.names,
     graph.foreach_over_text,
     graph.parallel_threads,
+    composition.check_forks,
+    composition.check_subgraphs,
     refs.check_models,
     refs.check_threads,
     refs.check_state_writes,

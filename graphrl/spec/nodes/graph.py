@@ -1,0 +1,36 @@
+"""The `graph` node kind: run another graph file as a sub-graph, in its own scope.
+
+YAML: `graph: FILE` (relative to this graph file, inside its folder unless `templates_outside:
+true`), `inputs: {child_input: template}`. The child's own inputs, state and threads form its
+scope; models and tools are the parent's. The node's result holds the child's final state (one
+field per state variable), `text` (the text of the last node the child ran), `ok` and `status`.
+Checks: `graphrl.compilers.checks.subgraphs`; runtime: `graphrl.runtime.handlers.graph`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field
+
+from ..walk import walk_strings
+from .base import FlowNode, Path
+
+
+class GraphNode(FlowNode):
+    selector: ClassVar[str | None] = "graph"
+    shape: ClassVar[str] = "rounded"
+
+    kind: Literal["graph"] = "graph"
+    graph: str = Field(description="a graph file run as a sub-graph, relative to this graph file")
+    inputs: dict[str, Any] = Field(
+        default_factory=dict, description="the child graph's inputs: name -> template over this graph's values"
+    )
+
+    def sites(self) -> Iterator[tuple[Path, str, str]]:
+        for path, text in walk_strings(self.inputs, ("inputs",)):
+            yield path, text, "template"
+
+    def lines(self) -> list[str]:
+        return [f"graph · {self.graph}"] + ([f"inputs {', '.join(self.inputs)}"] if self.inputs else [])
