@@ -22,7 +22,7 @@ from ...spec.diagnostics import Diagnostic, did_you_mean
 from ...spec.jinja import attribute_refs, make_env, parse_expression, parse_template, unsafe_refs
 from ...spec.load import Graph, Site
 from ...spec.model import LLMNode, ToolNode
-from ...spec.nodes import GraphNode
+from ...spec.nodes import GraphNode, ParallelNode
 from ..flow import Flow
 
 GLOBALS = frozenset({"row", "visits", "threads", "thread_tokens"})
@@ -40,6 +40,8 @@ def result_fields(node) -> frozenset[str] | None:
             return base
         extra = node.parse.produced_fields()
         return None if extra is None else base | extra
+    if isinstance(node, ParallelNode):
+        return frozenset({"branches", "ok"})
     if isinstance(node, GraphNode):
         return None  # the child's state variables, plus text / ok / status (not checked here)
     if isinstance(node, ToolNode):
