@@ -33,4 +33,5 @@ class GraphNode(FlowNode):
             yield path, text, "template"
 
     def lines(self) -> list[str]:
-        return [f"graph · {self.graph}"] + ([f"inputs {', '.join(self.inputs)}"] if self.inputs else [])
+        out = [f"graph · {self.graph}", "sub-graph · samples as its nodes declare"]
+        return out + ([f"inputs {', '.join(self.inputs)}"] if self.inputs else [])
