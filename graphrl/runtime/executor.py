@@ -5,7 +5,9 @@ Input: a `Plan`, `Endpoints` (engines + chat renderers per model), a `ToolRunner
 Output: `RolloutResult`.
 
 Execution model: nodes run one at a time along the graph's edges (a rollout is sequential; many
-rollouts run concurrently on one event loop; a `foreach` with `parallel: N` runs N items at once).
+rollouts run concurrently on one event loop; a `foreach` with `parallel: N` runs N items at once,
+a `parallel` fork its branch nodes, a `graph` node walks its child plan with a child executor:
+`subgraph`, `walk`; their samples join the rollout in item order, `RolloutState.pending`).
 What a node does is its kind's handler (`graphrl.runtime.handlers`); llm nodes render a fresh prompt
 or continue an append-only thread (`TrainedThread`, which grows the thread's sample with it), and
 their engine output ids go into training samples verbatim: per call (`sample: call`), per thread
@@ -31,10 +33,11 @@ from typing import Any
 
 from ..engines.base import EngineError, Generation
 from ..plan import Plan
-from ..spec.model import ABORT, END, POLICY, LLMNode
+from ..spec.model import ABORT, END, POLICY
 from .chat import NotAppendOnlyError, ThreadStateError
 from .environment import environment_of, open_environment
 from .finish import finish_samples, usage
+from .foreach import foreach_items
 from .handlers import HANDLERS
 from .handlers.llm import strip_stop
 from .ledger import CallRecord, LedgerError, TrainingSample
@@ -241,7 +244,7 @@ class Executor:
         handler = HANDLERS[node.kind]
         items: list[Any] = [None]
         if node.foreach is not None:
-            items = await self._foreach_items(r, nid, node)
+            items = await foreach_items(self, self._ctx(r, 0), nid, node)
         width = node.foreach.parallel if node.foreach is not None else 1
         output: NodeResult | None = None
         i = 0
@@ -345,27 +348,6 @@ class Executor:
             except (TypeError, KeyError) as exc:
                 raise RenderError(self.plan.span("nodes", nid, "update", name), str(exc)) from None
             ctx[name] = r.state[name]
-
-    async def _foreach_items(self, r: RolloutState, nid: str, node: Any) -> list[Any]:
-        fe = node.foreach
-        value = self.render.expr(("nodes", nid, "foreach", "over"), fe.over, self._ctx(r, 0))
-        if fe.chunk_tokens:
-            model = node.llm if isinstance(node, LLMNode) and not node.dynamic_model else POLICY
-            renderer = self.renderers.for_model(model)
-            text = "" if value is None else str(value)
-            # Tokenising a long document is CPU work: keep it off the event loop.
-            ids = await asyncio.to_thread(renderer.encode, text)
-            step = fe.chunk_tokens
-            items = [renderer.decode(ids[i : i + step]) for i in range(0, len(ids), step)]
-        elif isinstance(value, str):
-            raise RenderError(
-                self.plan.span("nodes", nid, "foreach", "over"),
-                f"foreach over a text ({len(value)} characters) would run once per character: "
-                "add chunk_tokens: N to split it into N-token chunks, or iterate a list",
-            )
-        else:
-            items = list(value or [])
-        return items[: fe.max] if fe.max else items
 
     # ------------------------------------------------------------------ services of the node handlers
     def thread(self, r: RolloutState, name: str) -> TrainedThread:
