@@ -9,6 +9,7 @@ import asyncio
 import pytest
 
 from graphrl.engines.base import EngineError
+from graphrl.runtime.executor import RolloutInput
 
 CHILD = """\
 name: solver
@@ -160,3 +161,95 @@ def test_the_childs_steps_count_toward_the_rollouts_max_steps(kit):
     res, _ = _run(kit, ["style1", "style2"], steps=4)
     assert res.status == "truncated" and "max_steps" in res.error
     assert [n for n, _ in res.path] == ["solve", "solve/draft", "solve/refine", "solve"]
+
+
+INNER = """\
+name: inner
+inputs: {question: prompt}
+nodes:
+  guess:
+    llm: policy
+    prompt: "guess style1: {{ question }}"
+    reward: {fn: value, args: {value: "{{ 1 if 'guess' in output.text else 0 }}"}}
+"""
+
+MIDDLE = """\
+name: middle
+inputs: {question: prompt}
+state: {seen: ""}
+nodes:
+  fork:
+    parallel: [deep, quick]
+    next: done
+  deep:
+    graph: inner.yaml
+    inputs: {question: "{{ question }}"}
+    update: {seen: "{{ output.text }}"}
+  quick:
+    llm: policy
+    prompt: "quick style2: {{ question }}"
+  done: {}
+"""
+
+TOP = """\
+name: top
+inputs: {question: prompt}
+reward: {fn: value, args: {value: "1"}, node_rewards: own}
+nodes:
+  outer:
+    graph: middle.yaml
+    inputs: {question: "{{ question }}"}
+    next: last
+  last:
+    llm: policy
+    prompt: "last style0 {{ outer.seen }}"
+"""
+
+
+def test_nested_sub_graphs_and_a_fork_inside_one_qualify_names_and_keep_node_rewards(kit):
+    kit.write("inner.yaml", INNER)
+    kit.write("middle.yaml", MIDDLE)
+    plan = kit.plan(TOP, "top.yaml")
+    res = kit.run(kit.executor(plan, {"policy": Engine(kit)}), {"prompt": "Q"})
+    assert res.status == "completed", res.error
+    assert [n for n, _ in res.path] == [
+        "outer",
+        "outer/fork",
+        "outer/deep",
+        "outer/quick",
+        "outer/deep/guess",
+        "outer/done",
+        "last",
+    ]
+    assert [s.spans[0].node for s in res.samples] == ["outer/deep/guess", "outer/quick", "last"]
+    assert "style1 guess" in kit.r.decode(res.samples[2].prompt_ids)  # outer.seen: the inner text
+    # the innermost node reward follows its sample through both renamings
+    assert res.samples[0].metadata["role"] == "outer/deep/guess" and res.samples[0].reward == 1.0
+    assert "role" not in res.samples[1].metadata
+
+
+class AbortingEngine(Engine):
+    """Sets the caller's abort flag during the child's first call (as slime's abort would)."""
+
+    def __init__(self, kit, flag):
+        super().__init__(kit)
+        self.flag = flag
+        self.calls = 0
+
+    async def generate(self, ids, params, *, session_id=None):
+        self.calls += 1
+        self.flag.set()
+        return await super().generate(ids, params, session_id=session_id)
+
+
+def test_the_callers_abort_stops_the_child_at_its_next_node(kit):
+    kit.write("solver.yaml", CHILD)
+    plan = kit.plan(PARENT.replace("PAR", "1").replace("STEPS", "100").replace("ONERROR", ""), "parent.yaml")
+    flag = asyncio.Event()
+    engine = AbortingEngine(kit, flag)
+    row = {"prompt": "Q", "metadata": {"styles": ["style1", "style2"]}}
+    res = asyncio.run(kit.executor(plan, {"policy": engine}).run(RolloutInput(row=row, rollout_id=0), abort=flag))
+    assert res.status == "aborted" and res.aborted_by == "caller", res.error
+    assert engine.calls == 1  # draft ran; refine, item 2 and pick never started
+    assert [n for n, _ in res.path] == ["solve", "solve/draft"]
+    assert len(res.samples) == 1 and res.samples[0].status == "aborted"

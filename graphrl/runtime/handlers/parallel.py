@@ -49,12 +49,8 @@ async def run_parallel(ex: Any, r: RolloutState, nid: str, node: Any, visit: int
             results = await asyncio.gather(
                 *(HANDLERS[b.kind].run(ex, r, bid, b, v, c) for bid, b, v, c in batch), return_exceptions=True
             )
-            order = {bid: i for i, (bid, _, _, _) in enumerate(batch)}
-            made = r.samples[first:]
-            made.sort(key=lambda s: order.get(s.spans[0].node, 0) if isinstance(s, TrainingSample) and s.spans else 0)
-            r.samples[first:] = made
         finally:
-            merge_pending(r, [(bid, v) for bid, _, v, _ in batch])
+            _in_listed_order(r, first, batch)
         for (bid, bnode, v, c), res in zip(batch, results):
             if isinstance(res, BaseException):
                 raise res
@@ -67,6 +63,21 @@ async def run_parallel(ex: Any, r: RolloutState, nid: str, node: Any, visit: int
         if r.abort is not None and r.abort.is_set():
             break
     return NodeResult(branches=ran, ok=True)
+
+
+def _in_listed_order(r: RolloutState, first: int, batch: list[tuple[str, Any, int, dict[str, Any]]]) -> None:
+    """The samples the batch made (since `first`) and its sub-graph runs, joined branch by branch."""
+    made = r.samples[first:]
+    del r.samples[first:]
+
+    def owner(s: Any) -> str | None:
+        return s.spans[0].node if isinstance(s, TrainingSample) and s.spans else None
+
+    for bid, _, v, _ in batch:
+        r.samples.extend(s for s in made if owner(s) == bid)
+        merge_pending(r, [(bid, v)])
+    ids = {bid for bid, _, _, _ in batch}
+    r.samples.extend(s for s in made if owner(s) not in ids)  # e.g. a thread sample with no output yet
 
 
 HANDLER = Handler(run=run_parallel)
