@@ -7,7 +7,8 @@ Rules: a child file is found and confined (E312, `compilers.subgraphs`); a file 
 itself, directly or through others, is E313; the node's `inputs:` name only inputs the child
 declares and give every required one (E314, with did-you-mean); a child declares no reward,
 environment, limits or target section and only models the parent declares too (E315: the rollout's
-reward, limits and models are the top graph's). A fork's branches are plain nodes run once each by
+reward, limits and models are the top graph's); `<graph node>.<field>` names one of the child's
+state variables or text / ok / status / error (E204). A fork's branches are plain nodes run once each by
 that fork only (no next / on_error / on_limit / foreach, not a switch or a fork, not reached from
 anywhere else: E316), and no two branches of one fork continue one thread (E317).
 """
@@ -17,7 +18,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+from jinja2.exceptions import TemplateSyntaxError
+
 from ...spec.diagnostics import Diagnostic, did_you_mean
+from ...spec.jinja import attribute_refs, make_env, parse_expression, parse_template
 from ...spec.load import Graph
 from ...spec.model import POLICY, Limits
 from ...spec.nodes import GraphNode, LLMNode, ParallelNode, SwitchNode
@@ -56,6 +60,7 @@ def _check_children(g: Graph, stack: tuple[Path, ...]) -> Iterator[Diagnostic]:
         yield from _check_children(child, stack + (real,))
         yield from _child_sections(g, nid, child)
         yield from _input_mapping(g, nid, node, child)
+        yield from _result_fields(g, nid, child)
 
 
 def _child_sections(g: Graph, nid: str, child: Graph) -> Iterator[Diagnostic]:
@@ -112,6 +117,30 @@ def _input_mapping(g: Graph, nid: str, node: GraphNode, child: Graph) -> Iterato
                 g.span("nodes", nid, "inputs", key=True) or g.span("nodes", nid, "graph"),
                 f"add inputs: {{{name}: '{{{{ ... }}}}'}} (or give the input a default in the sub-graph)",
             )
+
+
+RESULT = frozenset({"text", "ok", "status", "error"})
+
+
+def _result_fields(g: Graph, nid: str, child: Graph) -> Iterator[Diagnostic]:
+    """E204 for `<graph node>.<name>` where the child has no state variable `name` (nor a result key)."""
+    env = make_env()
+    fields = RESULT | set(child.spec.state)
+    for site in g.sites():
+        parse = parse_template if site.kind == "template" else parse_expression
+        try:
+            ast = parse(env, site.source.text).ast
+        except TemplateSyntaxError:
+            continue  # E201 / E203 say so
+        for var, attr, line in attribute_refs(ast):
+            target = site.node if var == "output" else var
+            if target == nid and attr not in fields and not attr.startswith("_"):
+                yield Diagnostic(
+                    "E204",
+                    f"node '{nid}' has no field '{attr}': sub-graph '{child.spec.name}' has no state variable '{attr}'",
+                    site.source.span(line, attr),
+                    did_you_mean(attr, fields) or f"its fields: {', '.join(sorted(fields))}",
+                )
 
 
 def check_forks(g: Graph, flow: Flow) -> Iterator[Diagnostic]:

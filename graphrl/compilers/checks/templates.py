@@ -71,6 +71,8 @@ def _bound(g: Graph, flow: Flow, site: Site, env_globals: frozenset[str]) -> set
         names |= {node.foreach.as_, "loop"}
     if site.path[2] in AFTER_RUN:
         names |= {"output", nid}
+        if isinstance(node, ParallelNode):  # a fork's update / next run after its branches
+            names |= set(node.parallel) & set(g.nodes)
     return names
 
 
