@@ -118,7 +118,7 @@ def lower(g: Graph, top: Plan | None = None) -> Plan:
         training=Training(
             per_call=layout.per_call,
             threads=layout.threads,
-            fanout=layout.fanout or bool(graph_nodes(g)),  # a sub-graph's samples join the rollout's
+            fanout=layout.fanout,
             trained_nodes=tuple(nid for nid, n in g.nodes.items() if isinstance(n, LLMNode) and n.trained),
         ),
         templates=files,

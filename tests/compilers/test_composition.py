@@ -84,3 +84,10 @@ def test_a_child_is_checked_once_per_file_even_when_two_nodes_run_it(tmp_path):
     )
     _, diags = check_file(top)
     assert [(d.code, Path(d.span.file).name, d.span.line) for d in diags] == [("E202", "child.yaml", 3)]
+
+
+def test_slime_settings_that_break_fan_out_are_refused_for_a_graph_whose_samples_come_from_a_child(tmp_path):
+    _write(tmp_path, "child.yaml", "name: child\nnodes:\n  x: {llm: policy, prompt: hi}\n")
+    top = _write(tmp_path, "top.yaml", "name: top\nslime: {partial_rollout: true}\nnodes:\n  a: {graph: child.yaml}\n")
+    _, diags = check_file(top)
+    assert [d.code for d in diags] == ["E403"]
