@@ -253,3 +253,29 @@ def test_the_callers_abort_stops_the_child_at_its_next_node(kit):
     assert engine.calls == 1  # draft ran; refine, item 2 and pick never started
     assert [n for n, _ in res.path] == ["solve", "solve/draft"]
     assert len(res.samples) == 1 and res.samples[0].status == "aborted"
+
+
+class HangingEngine(Engine):
+    """Answers drafts; a refine call never returns (the rollout's timeout has to end it)."""
+
+    async def generate(self, ids, params, *, session_id=None):
+        if "refine" in self.kit.r.decode(ids).rsplit("<|im_start|>user\n", 1)[-1]:
+            await asyncio.Event().wait()
+        return await super().generate(ids, params, session_id=session_id)
+
+
+@pytest.mark.parametrize("par", [1, 2])
+def test_a_timeout_inside_children_fails_the_rollout_keeping_their_samples(kit, par):
+    kit.write("solver.yaml", CHILD)
+    text = PARENT.replace("PAR", str(par)).replace("STEPS", "100").replace("ONERROR", "")
+    plan = kit.plan(text.replace("limits: {max_steps: 100}", "limits: {timeout_s: 0.5}"), "parent.yaml")
+    res = kit.run(
+        kit.executor(plan, {"policy": HangingEngine(kit)}),
+        {"prompt": "Q", "metadata": {"styles": ["style1", "style2"]}},
+    )
+    assert res.status == "failed" and "timed out" in res.error
+    # the draft of each child that started is kept, in item order, named and numbered as a child's
+    assert [[(sp.node, sp.visit) for sp in s.spans if sp.kind == "generated"] for s in res.samples] == [
+        [("solve/draft", i + 1)] for i in range(par)
+    ]
+    assert all(s.status == "failed" for s in res.samples)
