@@ -75,3 +75,5 @@ def test_graphrl_run_on_tiny_writes_every_nodes_samples_under_one_rollout_id(tmp
         firsts = [x["spans"][0]["node"] for x in sorted(mine, key=lambda x: x["sample_index"])]
         assert firsts == ["solve/draft", "solve/draft", "critic", "guess", "pick"]
         assert [x["spans"][0]["visit"] for x in mine if x["spans"][0]["node"] == "solve/draft"] == [1, 2]
+    for call in (c for x in lines for c in x["calls"]):
+        assert call["completion_tokens"] <= 8, call  # --max-new-tokens-cap reaches the sub-graph's calls

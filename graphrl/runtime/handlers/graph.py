@@ -1,8 +1,8 @@
 """Graph nodes: run the child plan as a sub-graph of this rollout, in its own scope.
 
 The child gets a `RolloutState` of its own (inputs from the node's `inputs:`, its declared state
-and threads, its own visit counts) sharing the rollout's id, data row, resources, environment and
-abort signal; its steps and policy tokens count toward the rollout's limits. When it ends
+and threads, its own visit counts) sharing the rollout's id, data row, resources (python sessions;
+a child uses no environment: it is checked as a graph without one) and abort signal; its steps and policy tokens count toward the rollout's limits. When it ends
 (normally, by a fault, or cancelled), a merge is left in `RolloutState.pending` that the executor
 applies in item order: the child's samples, calls, path and node rewards join the rollout, their
 node ids qualified as `<graph node>/<child node>` and their visits numbered per qualified id (so
@@ -59,8 +59,6 @@ def _enter(plan: Any, cr: RolloutState, given: dict[str, Any], parent: RolloutSt
     """The child's namespace: its constants, the row, its inputs (given, else their default), its state."""
     cr.ns.update(plan.constants)
     cr.ns.update(row=parent.ns.get("row"), visits=cr.visits, threads={})
-    if "env" in parent.ns:
-        cr.ns["env"] = parent.ns["env"]
     for name, decl in plan.inputs.items():
         cr.ns[name] = given[name] if name in given else copy_value(decl.default)
     for name, var in plan.state.items():
