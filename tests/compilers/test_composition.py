@@ -91,3 +91,28 @@ def test_slime_settings_that_break_fan_out_are_refused_for_a_graph_whose_samples
     top = _write(tmp_path, "top.yaml", "name: top\nslime: {partial_rollout: true}\nnodes:\n  a: {graph: child.yaml}\n")
     _, diags = check_file(top)
     assert [d.code for d in diags] == ["E403"]
+
+
+def test_branch_rules_each_have_their_own_message(tmp_path):
+    text = """\
+    name: forks
+    start: s
+    nodes:
+      s:
+        next: [{when: "row", goto: d}, {goto: f}]
+      f: {parallel: [a, a, b, c, f], next: g}
+      g: {parallel: [c, d], next: end}
+      a: {llm: policy, prompt: hi}
+      b: {llm: policy, prompt: hi, foreach: "[1]"}
+      c: {llm: policy, prompt: hi}
+      d: {llm: policy, prompt: hi}
+    """
+    _, diags = check_file(_write(tmp_path, "forks.yaml", text))
+    got = sorted(d.message for d in diags if d.code == "E316")
+    assert got == [
+        "branch 'a' of fork 'f' is listed twice",
+        "branch 'b' of fork 'f' has foreach:",
+        "branch 'c' of fork 'g' is also a branch of 'f'",
+        "branch 'd' of fork 'g' is also reached from 's'",
+        "branch 'f' of fork 'f' is the fork itself",
+    ]

@@ -190,8 +190,10 @@ def _branch_problem(g: Graph, flow: Flow, pid: str, b: str, owner: dict[str, str
         if getattr(n, key, None) is not None:
             return f"has {key}:", one + f"; remove {key}: (the fork's own keys say what comes after the branches)"
     if b in owner:
+        if owner[b] == pid:
+            return "is listed twice", one + ": list it once"
         return f"is also a branch of '{owner[b]}'", one + ": give each fork its own branch nodes"
-    others = sorted({r.source or "start" for r in flow.refs if r.target == b and r.source != pid})
+    others = sorted({r.source or "start" for r in flow.refs if r.target == b and r.label != "branch"})
     if others:
         return f"is also reached from {', '.join(repr(o) for o in others)}", one + ": only its fork runs it"
     return None
