@@ -188,7 +188,9 @@ nodes:
   quick:
     llm: policy
     prompt: "quick style2: {{ question }}"
-  done: {}
+  done:
+    graph: inner.yaml
+    inputs: {question: "again"}
 """
 
 TOP = """\
@@ -202,7 +204,7 @@ nodes:
     next: last
   last:
     llm: policy
-    prompt: "last style0 {{ outer.seen }}"
+    prompt: "last style0 {{ outer.seen }} then {{ outer }}"
 """
 
 
@@ -219,10 +221,12 @@ def test_nested_sub_graphs_and_a_fork_inside_one_qualify_names_and_keep_node_rew
         "outer/quick",
         "outer/deep/guess",
         "outer/done",
+        "outer/done/guess",
         "last",
     ]
-    assert [s.spans[0].node for s in res.samples] == ["outer/deep/guess", "outer/quick", "last"]
-    assert "style1 guess" in kit.r.decode(res.samples[2].prompt_ids)  # outer.seen: the inner text
+    assert [s.spans[0].node for s in res.samples] == ["outer/deep/guess", "outer/quick", "outer/done/guess", "last"]
+    last = kit.r.decode(res.samples[3].prompt_ids)
+    assert "last style0 style1 guess then style1 guess" in last  # outer.seen, and the text of outer's last node
     # the innermost node reward follows its sample through both renamings
     assert res.samples[0].metadata["role"] == "outer/deep/guess" and res.samples[0].reward == 1.0
     assert "role" not in res.samples[1].metadata

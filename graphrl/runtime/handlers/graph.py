@@ -47,7 +47,7 @@ async def run_graph(
     elif end == ABORT:
         r.status, r.aborted_by = "aborted", "graph"
         r.error = f"sub-graph '{nid}' routed to abort"
-    last = cr.path[-1][0] if cr.path else None
+    last = next((n for n, _ in reversed(cr.path) if n in child.plan.nodes), None)  # not a grandchild's
     out = NodeResult({k: copy_value(v) for k, v in cr.state.items()})
     out.update(text=str(cr.ns.get(last, "")) if last else "", ok=end is not None and end != ABORT, status=cr.status)
     if end == ABORT:
