@@ -100,6 +100,7 @@ class Executor:
         # tokens go into a training sample keeps prompt + output within it (llm handler)
         self.max_context_tokens = max_context_tokens
         self._children: dict[str, Executor] = {}  # sub-graph executors, by graph node id
+        self.handlers = HANDLERS  # what a fork runs its branches with
 
     # ------------------------------------------------------------------ public
     async def close(self) -> None:

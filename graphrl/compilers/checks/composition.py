@@ -15,7 +15,7 @@ anywhere else: E316), and no two branches of one fork continue one thread (E317)
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from jinja2.exceptions import TemplateSyntaxError
@@ -28,14 +28,15 @@ from ...spec.nodes import GraphNode, LLMNode, ParallelNode, SwitchNode
 from ..flow import Flow, build_flow
 from ..subgraphs import child_path, graph_nodes, load_child, resolved
 
-
-def check_subgraphs(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
-    yield from _check_children(g, (resolved(g.file),))
+Check = Callable[[Graph, Flow], Iterable[Diagnostic]]
 
 
-def _check_children(g: Graph, stack: tuple[Path, ...]) -> Iterator[Diagnostic]:
-    from . import CHECKS  # the package lists this check among the others
+def check_subgraphs(g: Graph, checks: Sequence[Check]) -> Iterator[Diagnostic]:
+    """The rules above for each `graph` node of `g`, and `checks` (and these rules) on each child."""
+    yield from _check_children(g, (resolved(g.file),), checks)
 
+
+def _check_children(g: Graph, stack: tuple[Path, ...], checks: Sequence[Check]) -> Iterator[Diagnostic]:
     for nid in graph_nodes(g):
         node = g.nodes[nid]
         assert isinstance(node, GraphNode)
@@ -54,10 +55,9 @@ def _check_children(g: Graph, stack: tuple[Path, ...]) -> Iterator[Diagnostic]:
         if child is None:
             continue
         cflow = build_flow(child)
-        for check in CHECKS:
-            if check is not check_subgraphs:
-                yield from check(child, cflow)
-        yield from _check_children(child, stack + (real,))
+        for check in checks:
+            yield from check(child, cflow)
+        yield from _check_children(child, stack + (real,), checks)
         yield from _child_sections(g, nid, child)
         yield from _input_mapping(g, nid, node, child)
         yield from _result_fields(g, nid, child)

@@ -8,7 +8,7 @@ order. A fault in a branch is the fork's fault (its `on_error` may catch it). Th
 `{branches: [the ids that ran, in order]}`; then the fork follows its own `next`.
 
 This handler drives the executor's visit bookkeeping (`_ctx`, `_limited`, `_record`, ...), as the
-executor's own foreach does.
+executor's own foreach does, and runs each branch with the executor's handler table (`handlers`).
 """
 
 from __future__ import annotations
@@ -23,8 +23,6 @@ from .base import Handler
 
 
 async def run_parallel(ex: Any, r: RolloutState, nid: str, node: Any, visit: int, ctx: dict[str, Any]) -> NodeResult:
-    from . import HANDLERS  # the table lists this handler too
-
     ran: list[str] = []
     width = node.max or len(node.parallel)
     todo = list(node.parallel)
@@ -47,7 +45,7 @@ async def run_parallel(ex: Any, r: RolloutState, nid: str, node: Any, visit: int
         first = len(r.samples)
         try:
             results = await asyncio.gather(
-                *(HANDLERS[b.kind].run(ex, r, bid, b, v, c) for bid, b, v, c in batch), return_exceptions=True
+                *(ex.handlers[b.kind].run(ex, r, bid, b, v, c) for bid, b, v, c in batch), return_exceptions=True
             )
         finally:
             _in_listed_order(r, first, batch)
