@@ -283,3 +283,37 @@ def test_a_timeout_inside_children_fails_the_rollout_keeping_their_samples(kit, 
         [("solve/draft", i + 1)] for i in range(par)
     ]
     assert all(s.status == "failed" for s in res.samples)
+
+
+INLINE = """\
+name: inline
+constants: {prefix: "draft"}
+inputs: {question: prompt, styles: metadata.styles}
+state:
+  answers: {default: [], merge: append}
+nodes:
+  solve:
+    graph:
+      inputs: {question: prompt, style: {from: prompt}}
+      state: {answer: ""}
+      nodes:
+        one:
+          llm: policy
+          prompt: "{{ prefix }} {{ style }}: {{ question }}"
+          update: {answer: "{{ output.text }}"}
+    inputs: {question: "{{ question }}", style: "{{ item }}"}
+    foreach: {over: styles, parallel: 2}
+    update: {answers: "{{ output.answer }}"}
+"""
+
+
+def test_an_inline_group_runs_like_a_file_and_sees_the_files_constants(kit):
+    plan = kit.plan(INLINE, "inline.yaml")
+    assert plan.subgraphs["solve"].name == "inline.solve"
+    assert plan.subgraphs["solve"].span("nodes", "one", "prompt").endswith("inline.yaml:14:19")  # in the parent file
+    engine = Engine(kit)
+    res = kit.run(kit.executor(plan, {"policy": engine}), {"prompt": "Q", "metadata": {"styles": ["style0", "style1"]}})
+    assert res.status == "completed", res.error
+    assert engine.max_in_flight == 2
+    assert res.state["answers"] == ["style0 draft", "style1 draft"]
+    assert [(s.spans[0].node, s.spans[0].visit) for s in res.samples] == [("solve/one", 1), ("solve/one", 2)]

@@ -40,8 +40,9 @@ def _check_children(g: Graph, stack: tuple[Path, ...], checks: Sequence[Check]) 
     for nid in graph_nodes(g):
         node = g.nodes[nid]
         assert isinstance(node, GraphNode)
-        real = resolved(child_path(g, nid))
-        if real in stack:
+        path = child_path(g, nid)
+        real = resolved(path) if path is not None else None  # an inline group is in g's own file
+        if real is not None and real in stack:
             chain = " -> ".join(p.name for p in stack[stack.index(real) :]) + f" -> {real.name}"
             yield Diagnostic(
                 "E313",
@@ -57,7 +58,7 @@ def _check_children(g: Graph, stack: tuple[Path, ...], checks: Sequence[Check]) 
         cflow = build_flow(child)
         for check in checks:
             yield from check(child, cflow)
-        yield from _check_children(child, stack + (real,), checks)
+        yield from _check_children(child, stack + ((real,) if real is not None else ()), checks)
         yield from _child_sections(g, nid, child)
         yield from _input_mapping(g, nid, node, child)
         yield from _result_fields(g, nid, child)
@@ -105,7 +106,7 @@ def _input_mapping(g: Graph, nid: str, node: GraphNode, child: Graph) -> Iterato
         if name not in declared:
             yield Diagnostic(
                 "E314",
-                f"sub-graph '{node.graph}' has no input '{name}'",
+                f"sub-graph {_label(nid, node)} has no input '{name}'",
                 g.span("nodes", nid, "inputs", name, key=True),
                 did_you_mean(name, declared) or f"its inputs: {', '.join(declared) or 'none'}",
             )
@@ -113,10 +114,14 @@ def _input_mapping(g: Graph, nid: str, node: GraphNode, child: Graph) -> Iterato
         if decl.required and decl.default is None and name not in node.inputs:
             yield Diagnostic(
                 "E314",
-                f"node '{nid}' does not give sub-graph '{node.graph}' its required input '{name}'",
+                f"node '{nid}' does not give sub-graph {_label(nid, node)} its required input '{name}'",
                 g.span("nodes", nid, "inputs", key=True) or g.span("nodes", nid, "graph"),
                 f"add inputs: {{{name}: '{{{{ ... }}}}'}} (or give the input a default in the sub-graph)",
             )
+
+
+def _label(nid: str, node: GraphNode) -> str:
+    return f"'{node.graph}'" if isinstance(node.graph, str) else f"'{nid}' (inline)"
 
 
 RESULT = frozenset({"text", "ok", "status", "error"})
