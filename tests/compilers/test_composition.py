@@ -116,3 +116,24 @@ def test_branch_rules_each_have_their_own_message(tmp_path):
         "branch 'd' of fork 'g' is also reached from 's'",
         "branch 'f' of fork 'f' is the fork itself",
     ]
+
+
+def test_an_inline_group_has_its_own_constants_and_the_files(tmp_path):
+    text = """\
+    name: g
+    constants: {turns: 2}
+    nodes:
+      solve:
+        graph:
+          constants: {k: 3}
+          nodes:
+            draft: {llm: policy, prompt: "hi {{ k }} {{ turns }}", max_visits: $k, next: again}
+            again: {llm: policy, prompt: "again", max_visits: $turns, next: [{when: "visit < 9", goto: draft}, {goto: end}]}
+    """
+    plan, diags = plan_from_path(_write(tmp_path, "g.yaml", text))
+    assert plan is not None, diags
+    child = plan.subgraphs["solve"]
+    assert child.nodes["draft"].max_visits == 3 and child.nodes["again"].max_visits == 2
+    assert child.constants == {"turns": 2, "k": 3}
+    _, diags = check_file(_write(tmp_path, "bad.yaml", text.replace("$k,", "$kk,")))
+    assert [(d.code, d.message, d.span.line) for d in diags] == [("E308", "'$kk' names no constant", 8)]
