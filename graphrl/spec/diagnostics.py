@@ -56,6 +56,12 @@ CODES: dict[str, tuple[str, str]] = {
     "E309": ("no-environment", "env_step, env_reward or an `env` parameter used by a graph with no `environment:`"),
     "E310": ("completion-mode-conflict", "completion mode mixed with chat turns in a thread, or given tool schemas"),
     "E311": ("reward-untrained-node", "a node reward on a node whose tokens are not trained"),
+    "E312": ("subgraph-file", "a `graph:` node's file is missing, outside the graph's folder, or not a file"),
+    "E313": ("subgraph-recursion", "a sub-graph file includes itself, directly or through other sub-graphs"),
+    "E314": ("subgraph-inputs", "a `graph:` node maps an input the child does not declare, or misses a required one"),
+    "E315": ("subgraph-section", "a sub-graph file declares what only the top graph may (reward, limits, ...)"),
+    "E316": ("parallel-branch", "a `parallel:` branch that is not a plain one-visit node of that fork only"),
+    "E317": ("parallel-thread", "two branches of one `parallel:` fork continue the same thread"),
     "E320": (
         "thread-overflow-policy",
         "on_overflow: summarize without summarize: or max_tokens:, or summarize: with on_overflow: truncate",

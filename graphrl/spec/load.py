@@ -212,6 +212,14 @@ def load_graph(
             )
         ]
     loc = load_yaml(text, file)
+    return graph_from_located(loc, sections=sections)
+
+
+def graph_from_located(
+    loc: Located, *, sections: Mapping[str, type[BaseModel]] | None = None
+) -> tuple[Graph | None, list[Diagnostic]]:
+    """A parsed graph document -> Graph: a file's, or an inline sub-graph's (its spans in the parent's file)."""
+    file = loc.file
     diags = list(loc.diagnostics)
     if any(d.code == "E001" for d in diags):
         return None, diags

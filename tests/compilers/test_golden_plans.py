@@ -24,7 +24,7 @@ from graphrl.spec.diagnostics import has_errors
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "golden"
-GRAPHS = sorted((REPO / "graphs").glob("*.yaml"))
+GRAPHS = sorted((REPO / "graphs").glob("*.yaml")) + [REPO / "graphs" / "examples" / "solvers.yaml"]
 UPDATE = os.environ.get("GRAPHRL_UPDATE_GOLDEN") == "1"
 
 

@@ -22,6 +22,7 @@ from ...spec.diagnostics import Diagnostic, did_you_mean
 from ...spec.jinja import attribute_refs, make_env, parse_expression, parse_template, unsafe_refs
 from ...spec.load import Graph, Site
 from ...spec.model import LLMNode, ToolNode
+from ...spec.nodes import GraphNode, ParallelNode
 from ..flow import Flow
 
 GLOBALS = frozenset({"row", "visits", "threads", "thread_tokens"})
@@ -39,6 +40,10 @@ def result_fields(node) -> frozenset[str] | None:
             return base
         extra = node.parse.produced_fields()
         return None if extra is None else base | extra
+    if isinstance(node, ParallelNode):
+        return frozenset({"branches", "ok"})
+    if isinstance(node, GraphNode):
+        return None  # the child's state variables, plus text / ok / status (not checked here)
     if isinstance(node, ToolNode):
         return TOOL_RESULT | frozenset(TOOL_FIELDS.get(node.tool, ())) if ":" not in node.tool else None
     return frozenset()
@@ -68,6 +73,8 @@ def _bound(g: Graph, flow: Flow, site: Site, env_globals: frozenset[str]) -> set
         names |= {node.foreach.as_, "loop"}
     if site.path[2] in AFTER_RUN:
         names |= {"output", nid}
+        if isinstance(node, ParallelNode):  # a fork's update / next run after its branches
+            names |= set(node.parallel) & set(g.nodes)
     return names
 
 
