@@ -134,7 +134,13 @@ def lower(g: Graph, top: Plan | None = None) -> Plan:
         spans=_spans(g),
     )
     children = _subgraphs(g, top or plan)
-    return plan.model_copy(update={"subgraphs": children}) if children else plan
+    if not children:
+        return plan
+    # the plan's hash covers its sub-graph files too (resume compares it): an edited child is a new plan
+    digest = _sha(
+        plan.source["sha256"] + "".join(f"\0{nid}\0{c.source['sha256']}" for nid, c in sorted(children.items()))
+    )
+    return plan.model_copy(update={"subgraphs": children, "source": {**plan.source, "sha256": digest}})
 
 
 def _subgraphs(g: Graph, top: Plan) -> dict[str, Plan]:

@@ -317,3 +317,25 @@ def test_an_inline_group_runs_like_a_file_and_sees_the_files_constants(kit):
     assert engine.max_in_flight == 2
     assert res.state["answers"] == ["style0 draft", "style1 draft"]
     assert [(s.spans[0].node, s.spans[0].visit) for s in res.samples] == [("solve/one", 1), ("solve/one", 2)]
+
+
+def test_the_plan_hash_follows_the_sub_graph_files(kit):
+    """Resume compares the plan's hash: editing only the child file must make a new plan."""
+    kit.write("solver.yaml", CHILD)
+    parent = PARENT.replace("PAR", "1").replace("STEPS", "100").replace("ONERROR", "")
+    before = kit.plan(parent, "parent.yaml").source["sha256"]
+    assert kit.plan(parent, "parent.yaml").source["sha256"] == before  # deterministic
+    kit.write("solver.yaml", CHILD.replace("draft {{ style }}", "first draft {{ style }}"))
+    assert kit.plan(parent, "parent.yaml").source["sha256"] != before
+
+
+def test_a_child_file_may_include_shared_sections(kit):
+    """A sub-graph file is a whole graph: its own `include:` merges before it is checked and run."""
+    kit.write("shared.yaml", "constants:\n  greeting: hello\n")
+    kit.write(
+        "solver.yaml", "include: shared.yaml\n" + CHILD.replace('"draft {{ style }}', '"{{ greeting }} draft {{ style }}')
+    )
+    plan = kit.plan(PARENT.replace("PAR", "1").replace("STEPS", "100").replace("ONERROR", ""), "parent.yaml")
+    res = kit.run(kit.executor(plan, {"policy": Engine(kit)}), {"prompt": "Q", "metadata": {"styles": ["style1"]}})
+    assert res.status == "completed", res.error
+    assert "hello draft style1: Q" in kit.r.decode(res.samples[0].tokens)
