@@ -333,7 +333,8 @@ def test_a_child_file_may_include_shared_sections(kit):
     """A sub-graph file is a whole graph: its own `include:` merges before it is checked and run."""
     kit.write("shared.yaml", "constants:\n  greeting: hello\n")
     kit.write(
-        "solver.yaml", "include: shared.yaml\n" + CHILD.replace('"draft {{ style }}', '"{{ greeting }} draft {{ style }}')
+        "solver.yaml",
+        "include: shared.yaml\n" + CHILD.replace('"draft {{ style }}', '"{{ greeting }} draft {{ style }}'),
     )
     plan = kit.plan(PARENT.replace("PAR", "1").replace("STEPS", "100").replace("ONERROR", ""), "parent.yaml")
     res = kit.run(kit.executor(plan, {"policy": Engine(kit)}), {"prompt": "Q", "metadata": {"styles": ["style1"]}})
