@@ -11,10 +11,11 @@ read by `spec.load` only. Recursion is the caller's to detect (`resolved` gives 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
-from ..spec.diagnostics import Diagnostic, did_you_mean
+from ..spec.diagnostics import Diagnostic, did_you_mean_file
 from ..spec.load import Graph, graph_from_located, load_graph
 from ..spec.nodes import GraphNode
 from ..spec.yamlsrc import Located
@@ -56,7 +57,8 @@ def load_child(g: Graph, nid: str) -> tuple[Graph | None, list[Diagnostic]]:
     if not real.is_file():
         near = sorted(p.name for p in real.parent.glob("*.yaml")) if real.parent.is_dir() else []
         what = "not found" if not real.exists() else "not a regular file"
-        hint = did_you_mean(path.name, near) or f"sub-graph paths are relative to the graph file ({g.base_dir})"
+        written = Path(os.path.relpath(path, g.base_dir)).as_posix()
+        hint = did_you_mean_file(written, near) or f"sub-graph paths are relative to the graph file ({g.base_dir})"
         return None, [Diagnostic("E312", f"sub-graph file {path}: {what}", span, hint)]
     child, diags = load_graph(path, sections=sections(TARGETS))
     return child, diags

@@ -309,7 +309,7 @@ class ChatThread:
         rendered = self._render(msgs)
         ids = self._r.encode(rendered)
         if budget is not None and len(ids) > budget:
-            raise ContextBudgetError(f"the thread needs {len(ids)} tokens after {note}, over its {budget}-token budget")
+            raise ContextBudgetError(f"the thread needs {len(ids)} tokens ({note}), over its {budget}-token budget")
         self._messages, self._continuing = msgs, False
         return self._restart(rendered, drift=note, ids=ids)
 

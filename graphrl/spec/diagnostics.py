@@ -176,6 +176,16 @@ def did_you_mean(word: str, candidates: Iterable[str]) -> str | None:
     return f"did you mean '{matches[0]}'?" if matches else None
 
 
+def did_you_mean_file(written: str, names: Iterable[str]) -> str | None:
+    """A did-you-mean for a misspelt file path: the closest of the file `names` in its folder,
+    written as a path the way the user wrote theirs (folder kept), or None when nothing is close."""
+    folder, _, name = str(written).rpartition("/")
+    matches = difflib.get_close_matches(name, sorted(set(names)), n=1, cutoff=0.6)
+    if not matches:
+        return None
+    return f"did you mean '{folder + '/' if folder else ''}{matches[0]}'?"
+
+
 def has_errors(diagnostics: Iterable[Diagnostic]) -> bool:
     return any(d.severity == "error" for d in diagnostics)
 

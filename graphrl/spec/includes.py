@@ -20,11 +20,12 @@ paths of the tree is merged once.
 
 from __future__ import annotations
 
+import os
 import stat
 from pathlib import Path
 from typing import Any
 
-from .diagnostics import Diagnostic, did_you_mean
+from .diagnostics import Diagnostic, did_you_mean_file
 from .yamlsrc import Located, load_yaml
 
 KEYED = ("constants", "models", "inputs", "state", "threads", "nodes")
@@ -41,7 +42,7 @@ class _Refused(Exception):
         self.hint = hint
 
 
-def _read(path: Path, root: Path, *, outside_ok: bool) -> str:
+def _read(path: Path, root: Path, *, outside_ok: bool, written: str) -> str:
     real = path.resolve()
     if not outside_ok and not real.is_relative_to(root):
         raise _Refused(
@@ -55,7 +56,7 @@ def _read(path: Path, root: Path, *, outside_ok: bool) -> str:
         near = sorted(p.name for p in path.parent.glob("*.y*ml")) if path.parent.is_dir() else []
         raise _Refused(
             f"included file not found: {path}",
-            did_you_mean(path.name, near) or "include paths are relative to the file that holds the include",
+            did_you_mean_file(written, near) or "include paths are relative to the file that holds the include",
         ) from None
     except OSError as exc:
         raise _Refused(f"cannot read included file {path}: {exc.strerror or exc}") from None
@@ -130,7 +131,8 @@ class _Merger:
                 )
                 continue
             try:
-                text = _read(path, self.root, outside_ok=self.outside_ok)
+                written = Path(os.path.relpath(path, base)).as_posix()
+                text = _read(path, self.root, outside_ok=self.outside_ok, written=written)
             except _Refused as exc:
                 self.diags.append(Diagnostic("E008", str(exc), span, exc.hint))
                 continue

@@ -45,7 +45,28 @@ def test_a_forks_branches_lead_to_its_next_targets_and_it_does_not_skip_them(tmp
 def test_a_branch_sees_no_sibling_but_the_join_sees_all(tmp_path):
     bad = FORK.replace('prompt: "B {{ question }}"', 'prompt: "B {{ a.text }}"')
     _, diags = check_file(_write(tmp_path, "fork.yaml", bad))
-    assert [(d.code, d.message) for d in diags] == [("E202", "'a' is a node that has not run yet here")]
+    assert [(d.code, d.message) for d in diags] == [
+        (
+            "E202",
+            "'a' is another branch of fork 'fork': branches run at the same time and do not see each other's results",
+        )
+    ]
+
+
+def test_a_branch_sees_no_sibling_in_a_loop_either_and_a_caught_fork_has_an_error(tmp_path):
+    """In a loop a sibling is an ancestor of a branch (the flow goes round), yet on the first round it
+    has not run: refused all the same. A fork's on_error target reads fork.error (its result then)."""
+    looped = FORK.replace("    max: 1\n", "    max: 1\n    max_visits: 2\n    on_error: recover\n")
+    looped = looped.replace("goto: end\n", "goto: fork\n", 1)
+    looped = looped.replace('prompt: "B {{ question }}"', 'prompt: "B {{ a.text }}"')
+    looped += '  recover: {llm: policy, prompt: "{{ fork.error }} after {{ fork.branches }}"}\n'
+    _, diags = check_file(_write(tmp_path, "fork.yaml", looped))
+    assert [(d.code, d.span.line) for d in diags] == [("E202", 13)], [str(d) for d in diags]
+    ok = looped.replace('prompt: "B {{ a.text }}"', 'prompt: "B {{ question }}"')
+    _, diags = check_file(_write(tmp_path, "fork.yaml", ok))
+    assert not diags, [str(d) for d in diags]
+    _, diags = check_file(_write(tmp_path, "fork.yaml", ok.replace("fork.error", "fork.eror")))
+    assert [(d.code, d.hint) for d in diags] == [("E204", "did you mean 'error'?")]
 
 
 def test_nested_sub_graphs_lower_with_the_top_graphs_models_and_limits(tmp_path):

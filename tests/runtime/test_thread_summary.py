@@ -122,7 +122,7 @@ def test_a_summary_that_does_not_fit_truncates_the_rollout(kit):
         {"prompt": "Tell me."},
     )
     assert res.status == "truncated"
-    assert "g.yaml:" in res.error and "thread 'chat'" in res.error and "after summarised" in res.error
+    assert "g.yaml:" in res.error and "thread 'chat'" in res.error and "(summarised " in res.error
     assert "120-token budget" in res.error
 
 

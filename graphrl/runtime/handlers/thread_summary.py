@@ -54,9 +54,10 @@ async def summarize_thread(
     keep = min(summ.keep_last, len(messages) - opening)
     dropped, kept = messages[opening : len(messages) - keep], messages[len(messages) - keep :]
     if not dropped:
+        kept_too = f" and the newest {keep} (summarize.keep_last)" if keep else ""
         raise ContextBudgetError(
             f"the thread needs {len(thread.chat)} tokens, over its {budget}-token budget, and holds only its "
-            f"opening messages and the newest {keep} (summarize.keep_last): nothing to summarise"
+            f"opening messages{kept_too}: nothing to summarise"
         )
     # the summary call
     model = summ.llm
