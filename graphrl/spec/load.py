@@ -172,14 +172,17 @@ def _pydantic_diagnostics(
                 )
             )
         else:
-            where = ".".join(str(p) for p in loc) or "value"
+            where = ".".join(str(p) for p in path) or "value"  # the whole key path: nodes.fork.max
             msg = err["msg"].removeprefix("Value error, ")
             on_key = typ == "invalid_key" or err["loc"][-1:] == ("[key]",)  # the key itself is wrong
+            hint = None
             if on_key:
                 msg = f"keys must be strings, not {type(loc[-1]).__name__ if loc else 'this'}"
-            out.append(
-                Diagnostic("E003", f"{where}: {msg}", loc_.span(path, key=on_key), "quote the key" if on_key else None)
-            )
+                hint = "quote the key"
+            elif typ in ("literal_error", "enum") and isinstance(err.get("input"), str):
+                options = re.findall(r"'([^']*)'", str((err.get("ctx") or {}).get("expected", "")))
+                hint = did_you_mean(err["input"], options)  # on_overflow: summarise -> 'summarize'
+            out.append(Diagnostic("E003", f"{where}: {msg}", loc_.span(path, key=on_key), hint))
     return out
 
 
