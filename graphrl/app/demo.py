@@ -62,6 +62,11 @@ class DemoRun:
     limit: int
     n_samples: int
     service: str | None = None  # "retrieval": serve data/corpus.jsonl and pass metadata.retrieval_url
+    file: str = ""  # the graph file under the graphs directory (default: <graph>.yaml)
+
+    @property
+    def path(self) -> str:
+        return self.file or f"{self.graph}.yaml"
 
 
 DEMO_RUNS = (  # the longest first, so that two at a time finish together
@@ -73,7 +78,7 @@ DEMO_RUNS = (  # the longest first, so that two at a time finish together
     DemoRun("multi_agent", "multi_agent.jsonl", limit=1, n_samples=1),
     DemoRun("tau_retail", "tau_retail.jsonl", limit=2, n_samples=1),
     DemoRun("pycheck", "math.jsonl", limit=2, n_samples=1),
-    DemoRun("solvers", "math.jsonl", limit=1, n_samples=1),
+    DemoRun("solvers", "math.jsonl", limit=1, n_samples=1, file="examples/solvers.yaml"),
     DemoRun("hello", "math.jsonl", limit=3, n_samples=2),
 )
 
@@ -103,17 +108,17 @@ def compile_all(
             kinds[n.kind] = kinds.get(n.kind, 0) + 1
         echo(
             f"{f}: {len(plan.nodes)} nodes ({', '.join(f'{v} {k}' for k, v in kinds.items())}), "
-            f"trained: {', '.join(_trained(plan)) or '-'}, "
+            f"trained: {', '.join(trained_nodes(plan)) or '-'}, "
             f"fan-out: {'yes' if plan.training.fanout else 'no'} -> {target}/"
         )
     return plans, results
 
 
-def _trained(plan: Any, prefix: str = "") -> list[str]:
+def trained_nodes(plan: Any, prefix: str = "") -> list[str]:
     """The trained nodes, a sub-graph's under its qualified names (`solve/draft`)."""
     out = [prefix + n for n in plan.training.trained_nodes]
     for nid, child in (plan.subgraphs or {}).items():
-        out += _trained(child, f"{prefix}{nid}/")
+        out += trained_nodes(child, f"{prefix}{nid}/")
     return out
 
 

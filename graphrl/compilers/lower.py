@@ -17,6 +17,7 @@ from typing import Any
 
 from .. import __version__
 from ..plan import Plan, TemplateFile, Training, load_plan
+from ..spec.builtins import BUILTIN_REWARDS
 from ..spec.diagnostics import Diagnostic, has_errors
 from ..spec.load import Graph
 from ..spec.model import POLICY, GraphSpec, LLMNode, ModelDecl
@@ -75,10 +76,17 @@ def _thread_messages(th: Any) -> list[tuple]:
 
 
 def _resolve_reward(spec: GraphSpec):
-    """The reward with its training key explicit: a composite reward trains on its `score`."""
+    """The reward with its training key explicit: a composite reward, and a built-in that returns a
+    dict (math_equal: {score, acc, pred, gt}), train on its `score` unless `key` says otherwise (a
+    dict reward without a key cannot train: slime needs one number per sample)."""
     r = spec.reward
-    if r is not None and r.terms is not None and r.key is None:
+    if r is None or r.key is not None:
+        return r
+    if r.terms is not None:
         return r.model_copy(update={"key": "score"})
+    builtin = BUILTIN_REWARDS.get(r.fn or "")
+    if builtin is not None and builtin.dict_key is not None:
+        return r.model_copy(update={"key": builtin.dict_key})
     return r
 
 

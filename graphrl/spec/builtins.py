@@ -18,6 +18,7 @@ class Signature:
     optional: tuple[str, ...] = ()
     summary: str = ""
     judge: bool = False  # accepts reward.judge (a model name)
+    dict_key: str | None = None  # a reward that returns a dict: the key it trains on unless reward.key says
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -66,6 +67,7 @@ BUILTIN_REWARDS: dict[str, Signature] = {
         ("question",),
         "last \\boxed{} equal after math normalisation, else the judge; dict {score, acc, pred, gt}",
         judge=True,
+        dict_key="score",
     ),
     "judge": Signature(
         ("question", "prediction", "label"),

@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from graphrl.app.demo import DEMO_RUNS, _data, _service
+from graphrl.app.demo import DEMO_RUNS, _data, _service, trained_nodes
 from graphrl.app.run import run_plan
 from graphrl.compilers.lower import plan_from_path
 from graphrl.runtime.ledger import TrainingSample
@@ -36,7 +36,7 @@ def tiny_url():
 @pytest.mark.slow
 @pytest.mark.parametrize("run", DEMO_RUNS, ids=[r.graph for r in DEMO_RUNS])
 def test_bundled_graph_over_http(run, tiny_url, tmp_path):
-    plan, diags = plan_from_path(ROOT / "graphs" / f"{run.graph}.yaml")
+    plan, diags = plan_from_path(ROOT / "graphs" / run.path)
     assert plan is not None, diags
     data = _data(run, ROOT / "data", tmp_path)
     out = tmp_path / "traj.jsonl"
@@ -61,7 +61,7 @@ def test_bundled_graph_over_http(run, tiny_url, tmp_path):
     assert summary.rollouts == run.limit * run.n_samples
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert lines
-    trained = set(plan.training.trained_nodes)
+    trained = set(trained_nodes(plan))  # a sub-graph's under qualified names (solve/draft)
     by_rollout: dict = {}
     for rec in lines:
         assert rec["status"] in ("completed", "truncated", "aborted", "failed")

@@ -816,3 +816,16 @@ def test_config_is_converted_once(slime_kit, monkeypatch):
     for i in range(3):
         slime_kit.run(target, _sample(SampleStandIn, index=i), args)
     assert built == [1]
+
+
+@BOTH
+def test_a_builtin_dict_reward_without_a_key_trains_on_its_score(slime_kit, Sample):
+    """graphs/hello.yaml: math_equal returns {score, acc, pred, gt} and the graph sets no reward.key;
+    slime needs one number per sample (every rollout raised SlimeConfigError before the default)."""
+    from slime_testkit import REPO
+
+    slime_kit.compile(REPO / "graphs" / "hello.yaml")
+    assert slime_kit.plan.reward.key == "score"
+    eng = slime_kit.engine([r"So \boxed{4}."])
+    got = slime_kit.run(slime_kit.target({"policy": eng}), _sample(Sample, "What is 2 + 2?", "4"), ArgsStandIn())
+    assert got.reward == 1.0 and got.status == ST.COMPLETED
