@@ -25,10 +25,9 @@ def test_sustained_stops_where_the_client_saturates():
     assert sustained(rows) == (8, "client CPU 0.95 cores at c=64")
 
 
-def test_sustained_stops_where_throughput_stops_rising():
-    rows = [_row(1, 40, 0.1), _row(8, 300, 0.4), _row(64, 320, 0.6)]
-    best, why = sustained(rows)
-    assert best == 8 and why == "calls/s 300 -> 320 at c=64"
+def test_sustained_is_about_the_client_not_the_throughput():
+    rows = [_row(1, 40, 0.1), _row(8, 300, 0.4), _row(64, 280, 0.6)]  # a saturated server: the client still has room
+    assert sustained(rows) == (64, "not saturated at the largest level measured")
 
 
 def test_sustained_reaches_the_top_when_nothing_saturates():
