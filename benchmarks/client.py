@@ -172,6 +172,16 @@ def _rss() -> dict[str, float]:
     return out
 
 
+def _schedstat() -> tuple[float, float]:
+    """The event loop's thread (this process's main thread): seconds on a CPU and seconds runnable
+    but waiting for one (/proc/self/schedstat; zeros where the kernel has no schedstats)."""
+    try:
+        on_cpu, waiting, _ = Path("/proc/self/schedstat").read_text().split()
+        return int(on_cpu) / 1e9, int(waiting) / 1e9
+    except (OSError, ValueError):
+        return 0.0, 0.0
+
+
 def _reset_peak() -> None:
     try:
         Path("/proc/self/clear_refs").write_text("5")
@@ -203,9 +213,11 @@ async def _run(spec: dict[str, Any]) -> dict[str, Any]:
         _reset_peak()
         rss0 = _rss()["VmRSS"]
         enc0, dec0 = timed.clock.encode_s, timed.clock.decode_s
+        sched0 = _schedstat()
         cpu0, t0 = time.process_time(), time.perf_counter()
         results, latencies = await _drive(generate, args, samples, spec["concurrency"], sampling)
         wall, cpu, enc = time.perf_counter() - t0, time.process_time() - cpu0, timed.clock.encode_s - enc0
+        sched = [b - a for a, b in zip(sched0, _schedstat())]
         dec = timed.clock.decode_s - dec0
         mem = _rss()
         logs = {role: (await _bench(http, urls[role] + "/bench/log"))["log"] for role in ("policy", "expert")}
@@ -230,6 +242,9 @@ async def _run(spec: dict[str, Any]) -> dict[str, Any]:
         "latency_p50_s": statistics.median(lat),
         "latency_p99_s": lat[min(len(lat) - 1, int(0.99 * len(lat)))],
         "cpu_s": cpu,
+        # the event loop's thread: share of the wall time on a CPU, and runnable but waiting for one
+        "loop_cpu_use": sched[0] / wall,
+        "loop_wait": sched[1] / wall,
         "cpu_ms_per_call": 1e3 * cpu / calls,
         "tokenise_ms_per_call": 1e3 * enc / calls,
         "decode_ms_per_call": 1e3 * dec / calls,

@@ -13,26 +13,30 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.scale import bundled, sustained
+from benchmarks.scale import bundled, busy, sustained
 
 
-def _row(c: int, calls_per_s: float, cpu_use: float) -> dict:
-    return {"concurrency": c, "calls_per_s": calls_per_s, "client_cpu_use": cpu_use}
+def _row(c: int, on_cpu: float, waiting: float = 0.0) -> dict:
+    return {"concurrency": c, "loop_cpu_use": on_cpu, "loop_wait": waiting, "client_cpu_use": on_cpu}
 
 
-def test_sustained_stops_where_the_client_saturates():
-    rows = [_row(1, 40, 0.1), _row(8, 300, 0.5), _row(64, 900, 0.95), _row(256, 950, 1.0)]
-    assert sustained(rows) == (8, "client CPU 0.95 cores at c=64")
+def test_sustained_stops_where_the_event_loop_saturates():
+    rows = [_row(1, 0.1), _row(8, 0.5), _row(64, 0.85, 0.1), _row(256, 0.99)]
+    assert sustained(rows) == (8, "event loop runnable 0.95 of the time at c=64")
 
 
-def test_sustained_is_about_the_client_not_the_throughput():
-    rows = [_row(1, 40, 0.1), _row(8, 300, 0.4), _row(64, 280, 0.6)]  # a saturated server: the client still has room
-    assert sustained(rows) == (64, "not saturated at the largest level measured")
+def test_waiting_for_a_cpu_counts_as_busy():
+    rows = [_row(8, 0.3), _row(64, 0.45, 0.5)]  # starved by other processes: the loop never idles
+    assert sustained(rows)[0] == 8
 
 
 def test_sustained_reaches_the_top_when_nothing_saturates():
-    rows = [_row(8, 300, 0.4), _row(1, 40, 0.1)]  # any order
+    rows = [_row(8, 0.4, 0.2), _row(1, 0.1)]  # any order
     assert sustained(rows) == (8, "not saturated at the largest level measured")
+
+
+def test_old_results_fall_back_to_client_cpu():
+    assert busy({"client_cpu_use": 0.95}) == 0.95
 
 
 def test_every_bundled_graph_is_on_the_curve():
