@@ -93,21 +93,23 @@ def _server_cpu(pid: int) -> float:
 
 
 def busy(r: dict[str, Any]) -> float:
-    """The share of the wall time the event loop's thread was runnable: on a CPU or waiting for one
-    (old results without schedstat: the client's CPU use)."""
+    """How close the client is to saturation: the share of the wall time its event loop's thread was
+    runnable (on a CPU or waiting for one), or the whole process's CPU use in cores when that is
+    higher (tokenizer threads compete with the loop for the same cores); old results without
+    schedstat: the client's CPU use."""
     if "loop_cpu_use" in r:
-        return r["loop_cpu_use"] + r["loop_wait"]
+        return max(r["loop_cpu_use"] + r["loop_wait"], r["client_cpu_use"])
     return r["client_cpu_use"]
 
 
 def sustained(rows: list[dict[str, Any]]) -> tuple[int, str]:
     """The largest concurrency this graph's rollout process sustains: the highest level up to which
-    its event loop is runnable less than SATURATED of the wall time (it still waits on I/O, so it is
-    not what holds the rollouts back); and why not higher."""
+    `busy` stays below SATURATED (its event loop still waits on I/O, so it is not what holds the
+    rollouts back); and why not higher."""
     best, why = 0, "not saturated at the largest level measured"
     for r in sorted(rows, key=lambda r: r["concurrency"]):
         if busy(r) >= SATURATED:
-            why = f"event loop runnable {busy(r):.2f} of the time at c={r['concurrency']}"
+            why = f"client busy {busy(r):.2f} at c={r['concurrency']}"
             break
         best = r["concurrency"]
     return best, why
@@ -228,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         table(rows),
         "",
-        f"Sustained: the event loop runnable below {SATURATED:g} of the time (docs/performance.md, 'Scale curve'):",
+        f"Sustained: the event loop runnable, and the process's CPU use, below {SATURATED:g} (docs/performance.md, 'Scale curve'):",
         "",
         summary(rows),
     ]

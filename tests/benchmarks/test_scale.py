@@ -22,7 +22,7 @@ def _row(c: int, on_cpu: float, waiting: float = 0.0) -> dict:
 
 def test_sustained_stops_where_the_event_loop_saturates():
     rows = [_row(1, 0.1), _row(8, 0.5), _row(64, 0.85, 0.1), _row(256, 0.99)]
-    assert sustained(rows) == (8, "event loop runnable 0.95 of the time at c=64")
+    assert sustained(rows) == (8, "client busy 0.95 at c=64")
 
 
 def test_waiting_for_a_cpu_counts_as_busy():
@@ -33,6 +33,11 @@ def test_waiting_for_a_cpu_counts_as_busy():
 def test_sustained_reaches_the_top_when_nothing_saturates():
     rows = [_row(8, 0.4, 0.2), _row(1, 0.1)]  # any order
     assert sustained(rows) == (8, "not saturated at the largest level measured")
+
+
+def test_a_process_busy_in_its_threads_is_busy():
+    row = {"concurrency": 64, "loop_cpu_use": 0.7, "loop_wait": 0.05, "client_cpu_use": 0.97}  # tokenizer threads
+    assert busy(row) == 0.97 and sustained([_row(8, 0.3), row])[0] == 8
 
 
 def test_old_results_fall_back_to_client_cpu():
