@@ -10,6 +10,8 @@ Invariants:
 - resolved: every default the runtime would apply (train, sample, max_tokens, edges) is explicit;
 - deterministic: `plan_json` emits keys in a fixed order, so the same plan gives byte-identical text;
 - located: `spans` maps each value's dotted path to file:line:col so runtime errors point at YAML;
+- nested: a `graph` node's child graph is a `Plan` of its own under `subgraphs` (its spans in the
+  child's file), so it is self-contained too;
 - below the runtime: this module imports only `graphrl.spec` (the node and section models).
 """
 
@@ -58,6 +60,9 @@ class Plan(BaseModel):
     state: dict[str, StateVar]
     threads: dict[str, Thread]
     nodes: dict[str, PlanNode]
+    # a `graph` node's child plan, by node id (absent when the graph has none): the child's own
+    # inputs, state, threads and nodes, with the parent's models; lowered and located like this one
+    subgraphs: dict[str, Plan] | None = None
     reward: Reward | None = None
     environment: EnvironmentDecl | None = None
     limits: Limits

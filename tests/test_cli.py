@@ -73,6 +73,17 @@ def test_check_invalid_graph_exits_3_with_rendered_diagnostics_on_stderr():
     assert f"{BAD}: FAILED (1 error, 0 warnings)" in r.stderr
 
 
+def test_check_a_conflict_in_an_included_file_exits_3_located_in_that_file():
+    bad = "tests/fixtures/invalid/E009_include_conflict.yaml"
+    r = cli("check", bad)
+    assert r.exit_code == 3 and r.stdout == ""
+    first = r.stderr.splitlines()[0]
+    assert first.startswith(
+        "tests/fixtures/invalid/prompts/shared_constants.yaml:3:3: error[E009]: constant 'max_turns'"
+    )
+    assert "\n 3 |   max_turns: 4\n" in r.stderr and f"{bad}: FAILED (1 error, 0 warnings)" in r.stderr
+
+
 def test_check_warnings_only_exits_0():
     r = cli("check", WARN)
     assert r.exit_code == 0

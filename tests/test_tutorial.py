@@ -21,7 +21,8 @@ from graphrl.runtime.services import StaticEndpoints
 from graphrl.spec.diagnostics import has_errors
 from graphrl.tools.registry import ToolBox
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "tutorial.md"
+REPO = Path(__file__).resolve().parents[1]
+DOC = REPO / "docs" / "tutorial.md"
 BLOCK = re.compile(r"<!-- tutorial: (\S+) -->\n```\w+\n(.*?)\n```\n", re.S)
 IM_END = QWEN_TOKEN_IDS["<|im_end|>"]
 
@@ -108,15 +109,29 @@ def test_pycheck_is_one_sample_with_the_tool_output_masked(files, renderer):
         {"prompt": "What is 7 + 5?", "label": "12"},
     )
     assert res.status == "completed", res.error
-    assert [n for n, _ in res.path] == ["think", "run", "think"]
+    assert [n for n, _ in res.path] == ["compute", "run", "conclude"]
     (sample,) = res.samples
     spans = [sp for sp in sample.spans if sp.kind != "template"]  # the chat template's glue: mask 0 too
-    assert [(sp.node, sp.mask) for sp in spans] == [("think", 1), ("run", 0), ("think", 1)]
+    assert [(sp.node, sp.mask) for sp in spans] == [("compute", 1), ("run", 0), ("conclude", 1)]
     assert all(sp.mask == 0 for sp in sample.spans if sp.kind == "template")
     masked = spans[1]
     observation = renderer.decode(sample.response_ids[masked.start : masked.end])
     assert "Output of your program:\n12" in observation  # the sandbox really ran it
     assert res.reward["score"] == 1.0
+
+
+def test_pycheck_constrains_its_first_turn_to_one_program(files):
+    plan, _ = plan_from_path(files / "pycheck.yaml")
+    assert plan is not None
+    regex = plan.nodes["compute"].constrain.regex
+    assert re.fullmatch(regex, "Seven plus five.\n```python\nprint(7 + 5)\n```")
+    assert not re.fullmatch(regex, "The answer is \\boxed{12}.")  # no program: not a reply it can give
+    assert plan.nodes["conclude"].constrain is None  # the answer is the model's own
+
+
+def test_the_tutorial_pycheck_is_the_bundled_graph(files):
+    bundled = (REPO / "graphs" / "pycheck.yaml").read_text(encoding="utf-8")
+    assert bundled[bundled.index("name: pycheck") :] == (files / "pycheck.yaml").read_text(encoding="utf-8")
 
 
 def test_custom_reward_returns_a_dict_keyed_by_score(files, renderer):

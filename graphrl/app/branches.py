@@ -8,10 +8,15 @@ the node kinds that ran (`llm 5/5 nodes, tool 1/1, ...`) and the nodes that neve
 
 Invariants: counts come only from the paths the executor recorded (nothing is inferred); a target
 the plan does not list but the run took (a node's on_limit redirect) is shown too, never dropped.
+A path is read as routing steps of the graph (`routing_transitions`): a sub-graph's own nodes
+(`solve/draft`) and a fork's branches run inside one step of their `graph` / `parallel` node, and the
+items of one `foreach` visit are one step, so none of them is taken for a branch.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..spec.model import END
@@ -32,6 +37,29 @@ def targets(node: Any) -> list[str]:
         if extra:
             out.append(extra)
     return list(dict.fromkeys(out))
+
+
+def routing_steps(plan: Any, nodes: Sequence[str]) -> list[str]:
+    """A path's node names -> the graph's routing steps (see the module docstring)."""
+    branches = {b for n in plan.nodes.values() if n.kind == "parallel" for b in n.parallel}
+    out: list[str] = []
+    for name in nodes:
+        if name not in plan.nodes or name in branches:  # a child's node, or a branch of a fork
+            continue
+        if out and out[-1] == name and getattr(plan.nodes[name], "foreach", None) is not None:
+            continue  # the next item of the same foreach visit
+        out.append(name)
+    return out
+
+
+def routing_transitions(plan: Any, routes: Mapping[tuple[tuple[str, ...], str], int]) -> Counter:
+    """(path node names, ending) -> count  ==>  (node, next step or ending) -> count."""
+    out: Counter = Counter()
+    for (nodes, ending), n in routes.items():
+        steps = routing_steps(plan, nodes)
+        for pair in zip(steps, steps[1:] + [ending]):
+            out[pair] += n
+    return out
 
 
 def branch_report(plan: Any, transitions: dict[tuple[str, str], int], visits: dict[str, int]) -> str:

@@ -1,6 +1,6 @@
 """The demo: the README's main job on the embedded default, start to end, no server by hand.
 
-Input: the bundled graphs (graphs/*.yaml), the demo data (data/), the embedded model name, a cap on
+Input: the bundled graphs (graphs/*.yaml and graphs/examples/*.yaml), the demo data (data/), the embedded model name, a cap on
 every llm call's new tokens. Output, under OUT/<graph>/: the compiled slime target (plan.json, the
 generate/reward module, args, launch.sh) and, for each run, trajectories.jsonl; on stdout each
 graph's check line then its compile line, each run's summary table and the branches it took
@@ -22,6 +22,10 @@ frozen model of the graph), two at a time by default:
                  call its own sample with its own reward)
   tau_retail     data/tau_retail.jsonl, 2 rows (a per-rollout shop environment, the embedded model
                  as the frozen customer simulator too)
+  pycheck        data/math.jsonl, 2 rows (the tutorial's graph: one constrained python check per
+                 rollout, so the tool node runs even on the 135M model)
+  solvers        data/math.jsonl, 1 row (graphs/examples/solvers.yaml: a solver sub-graph per style,
+                 two at once, then a parallel fork of a critic and a guess, then a pick)
   hello          data/math.jsonl, 3 rows x 2 samples
 Rows and samples are few and new tokens capped (default 64) so that the whole job takes minutes on
 two CPU cores with SmolLM2 (~25 tokens/s decoding, ~100 tokens/s prompt reading).
@@ -46,7 +50,7 @@ from ..data.synth import memagent_rows, write_jsonl
 from ..errors import EXIT_INVALID, EXIT_OK, MissingDependency, UsageProblem
 from ..spec.diagnostics import has_errors
 from ..tools.retrieval_server import retrieval_service
-from .branches import branch_report
+from .branches import branch_report, routing_transitions
 from .report import report
 from .run import run_plan
 
@@ -68,6 +72,8 @@ DEMO_RUNS = (  # the longest first, so that two at a time finish together
     DemoRun("retool", "retool.jsonl", limit=2, n_samples=1),
     DemoRun("multi_agent", "multi_agent.jsonl", limit=1, n_samples=1),
     DemoRun("tau_retail", "tau_retail.jsonl", limit=2, n_samples=1),
+    DemoRun("pycheck", "math.jsonl", limit=2, n_samples=1),
+    DemoRun("solvers", "math.jsonl", limit=1, n_samples=1),
     DemoRun("hello", "math.jsonl", limit=3, n_samples=2),
 )
 
@@ -79,7 +85,7 @@ def compile_all(
 
     Each file's check report (diagnostics, then its status line) is printed before its compile line,
     through the same `echo` unless `echo_err` is given, so the lines keep their order in a log."""
-    files = sorted(graphs_dir.glob("*.yaml"))
+    files = sorted(graphs_dir.glob("*.yaml")) + sorted(graphs_dir.glob("examples/*.yaml"))
     if not files:
         raise UsageProblem(f"no graphs found in {graphs_dir}")
     results, plans = [], {}
@@ -97,10 +103,18 @@ def compile_all(
             kinds[n.kind] = kinds.get(n.kind, 0) + 1
         echo(
             f"{f}: {len(plan.nodes)} nodes ({', '.join(f'{v} {k}' for k, v in kinds.items())}), "
-            f"trained: {', '.join(plan.training.trained_nodes) or '-'}, "
+            f"trained: {', '.join(_trained(plan)) or '-'}, "
             f"fan-out: {'yes' if plan.training.fanout else 'no'} -> {target}/"
         )
     return plans, results
+
+
+def _trained(plan: Any, prefix: str = "") -> list[str]:
+    """The trained nodes, a sub-graph's under its qualified names (`solve/draft`)."""
+    out = [prefix + n for n in plan.training.trained_nodes]
+    for nid, child in (plan.subgraphs or {}).items():
+        out += _trained(child, f"{prefix}{nid}/")
+    return out
 
 
 @contextlib.contextmanager
@@ -193,7 +207,8 @@ def _run_one(r: DemoRun, plan: Any, data: Path, out: Path, model: str, max_token
             metadata=metadata,
             progress=False,
         )
-    branches = branch_report(plan, getattr(summary, "transitions", {}), getattr(summary, "visits", {}))
+    transitions = routing_transitions(plan, getattr(summary, "routes", {}))
+    branches = branch_report(plan, transitions, getattr(summary, "visits", {}))
     return f"{header}\n{summary.table()}\n{branches}\ntrajectories: {traj}", summary
 
 

@@ -203,9 +203,10 @@ def _with_metadata(rows: list[dict], extra: dict[str, object]) -> tuple[list[dic
 
 
 def cap_max_tokens(plan: Plan, cap: int) -> Plan:
-    """The plan with every llm node's max_tokens clamped to `cap`."""
+    """The plan with every llm node's max_tokens clamped to `cap` (its sub-graphs' too)."""
     nodes = {
         nid: n.model_copy(update={"max_tokens": min(n.max_tokens or cap, cap)}) if isinstance(n, LLMNode) else n
         for nid, n in plan.nodes.items()
     }
-    return plan.model_copy(update={"nodes": nodes})
+    children = {nid: cap_max_tokens(child, cap) for nid, child in (plan.subgraphs or {}).items()}
+    return plan.model_copy(update={"nodes": nodes, "subgraphs": children or None})

@@ -5,7 +5,9 @@ Input: a loaded `Graph`. Output: `Flow`: a `networkx.DiGraph` over node ids plus
 references to node ids with their YAML paths (for unknown-node errors).
 
 Invariants: edges to unknown ids are kept out of the digraph and listed in `Flow.refs` only;
-a node with no `next` (and not a switch) has an edge to `end`.
+a node with no `next` (and not a switch) has an edge to `end`. A `parallel` fork's branches run
+between the fork and its `next`: the digraph has fork -> branch and branch -> each of the fork's
+`next` targets (not the branches' own edges, nor the fork's `next` edges themselves).
 """
 
 from __future__ import annotations
@@ -70,8 +72,16 @@ def build_flow(g: Graph) -> Flow:
     dg.add_nodes_from(g.nodes)
     dg.add_nodes_from(TERMINALS)
     known = set(g.nodes) | set(TERMINALS)
+    forks = {nid: n for nid, n in g.nodes.items() if n.kind == "parallel"}
+    branch_of = {b: pid for pid, p in forks.items() for b in p.parallel if b in g.nodes and b != pid}
+    joined = {pid for pid in branch_of.values()}
+    for r in list(refs):
+        if r.source in joined and r.label not in ("branch", "on_error", "on_limit"):
+            refs.extend(Ref(b, r.target, r.path, r.label) for b, pid in branch_of.items() if pid == r.source)
     for r in refs:
-        if r.source and r.target in known:
+        skip = r.source in branch_of and r.path[:2] == ("nodes", r.source)  # a branch's own edges
+        skip = skip or (r.source in joined and r.label not in ("branch", "on_error", "on_limit"))
+        if r.source and r.target in known and not skip:
             if dg.has_edge(r.source, r.target):
                 dg.edges[r.source, r.target]["labels"].append(r.label)
             else:

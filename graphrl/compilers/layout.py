@@ -90,7 +90,8 @@ def sample_layout(g: Graph, flow: Flow) -> SampleLayout:
             or (g.spec.threads[t].max_tokens is not None and _called_again(g, flow, t))
         )
     )
-    return SampleLayout(per_call, threads, calls + len(threads) > 1 or bool(drift), drift)
+    subgraphs = any(n.kind == "graph" for n in g.nodes.values())  # each run's samples join the rollout's
+    return SampleLayout(per_call, threads, calls + len(threads) > 1 or bool(drift) or subgraphs, drift)
 
 
 def _called_again(g: Graph, flow: Flow, thread: str) -> bool:

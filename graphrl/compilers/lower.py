@@ -23,6 +23,7 @@ from ..spec.model import POLICY, GraphSpec, LLMNode, ModelDecl
 from .checks import check_file
 from .flow import build_flow
 from .layout import DEFAULT_MAX_TOKENS, sample_layout
+from .subgraphs import graph_nodes, load_child
 
 
 def _rel(path: str) -> str:
@@ -66,6 +67,13 @@ def _resolve_node(g: Graph, nid: str, inlined: dict[tuple, str]) -> Any:
     return _with_files(node, ("nodes", nid), [path for path, _ in node.messages()], inlined)
 
 
+def _thread_messages(th: Any) -> list[tuple]:
+    out: list[tuple] = [("prompt", i, m.role) for i, m in enumerate(th.prompt)]
+    if th.summarize is not None:
+        out += [("summarize", "prompt", i, m.role) for i, m in enumerate(th.summarize.prompt)]
+    return out
+
+
 def _resolve_reward(spec: GraphSpec):
     """The reward with its training key explicit: a composite reward trains on its `score`."""
     r = spec.reward
@@ -84,33 +92,37 @@ def _spans(g: Graph) -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
-def lower(g: Graph) -> Plan:
+def lower(g: Graph, top: Plan | None = None) -> Plan:
+    """`top`: lowering a sub-graph of this plan (its models and limits are the top graph's)."""
     inlined, files = _inline_templates(g)
     spec: GraphSpec = g.spec
     threads = {
-        tid: _with_files(th, ("threads", tid), [("prompt", i, m.role) for i, m in enumerate(th.prompt)], inlined)
-        for tid, th in spec.threads.items()
+        tid: _with_files(th, ("threads", tid), _thread_messages(th), inlined) for tid, th in spec.threads.items()
     }
     flow = build_flow(g)
     layout = sample_layout(g, flow)
     models = {name: _with_files(m, ("models", name), [("chat_template",)], inlined) for name, m in spec.models.items()}
     models.setdefault(POLICY, ModelDecl())
     source_text = Path(g.file).read_text(encoding="utf-8")
-    return Plan(
+    for inc in g.includes:  # the plan's hash covers the included files too (resume compares it)
+        name = Path(os.path.relpath(inc, Path(g.file).parent)).as_posix()
+        source_text += f"\0{name}\0" + Path(inc).read_text(encoding="utf-8")
+    plan = Plan(
         graphrl_version=__version__,
         name=spec.name,
         description=spec.description,
         source={"file": _rel(g.file), "sha256": _sha(source_text)},
         start=g.start,
         constants=dict(spec.constants),
-        models={k: models[k] for k in sorted(models)},
+        models=top.models if top is not None else {k: models[k] for k in sorted(models)},
         inputs=dict(spec.inputs),
         state=dict(spec.state),
         threads=threads,
         nodes={nid: _resolve_node(g, nid, inlined) for nid in g.nodes},
+        subgraphs=None,
         reward=_resolve_reward(spec),
         environment=spec.environment,
-        limits=spec.limits,
+        limits=top.limits if top is not None else spec.limits,
         targets={name: settings.model_dump(mode="json") for name, settings in sorted(g.targets.items())},
         training=Training(
             per_call=layout.per_call,
@@ -121,6 +133,26 @@ def lower(g: Graph) -> Plan:
         templates=files,
         spans=_spans(g),
     )
+    children = _subgraphs(g, top or plan)
+    if not children:
+        return plan
+    # the plan's hash covers its sub-graph files too (resume compares it): an edited child is a new plan
+    digest = _sha(
+        plan.source["sha256"] + "".join(f"\0{nid}\0{c.source['sha256']}" for nid, c in sorted(children.items()))
+    )
+    return plan.model_copy(update={"subgraphs": children, "source": {**plan.source, "sha256": digest}})
+
+
+def _subgraphs(g: Graph, top: Plan) -> dict[str, Plan]:
+    """Each `graph` node's child, lowered on its own (checked with the parent), with the top graph's
+    models and limits (a child declares none of its own: E315)."""
+    out: dict[str, Plan] = {}
+    for nid in graph_nodes(g):
+        child, _ = load_child(g, nid)
+        if child is None:  # checked before lowering: cannot happen for a graph that passed check
+            raise ValueError(f"{g.span('nodes', nid, 'graph')}: sub-graph of '{nid}' does not load")
+        out[nid] = lower(child, top)
+    return out
 
 
 def plan_from_path(path: str | Path) -> tuple[Plan | None, list[Diagnostic]]:

@@ -8,6 +8,9 @@ Output: a `Generation` whose `output_ids` and `logprobs` are exactly what the mo
 Invariants: len(output_ids) == len(logprobs); finish_reason.type is one of "stop", "length",
 "abort"; engines never raise for model-side outcomes (an abort is a Generation), they raise
 `EngineError` for transport/server faults.
+
+`ScoresTokens` is an optional extension (a teacher model scoring a sample's tokens for on-policy
+distillation): the log-prob of each given token after the ones before it, nothing generated.
 """
 
 from __future__ import annotations
@@ -74,3 +77,22 @@ class Engine(Protocol):
     ) -> Generation: ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class ScoresTokens(Protocol):
+    """Optional Engine extension: score given tokens instead of generating.
+
+    `token_logprobs(ids, start, params)` returns `len(ids) - start` log-probs, entry j being
+    log p(ids[start + j] | ids[:start + j]) under the engine's reporting rule for `params`
+    (temperature); `1 <= start <= len(ids)`. Faults raise `EngineError`, as `generate` does.
+    """
+
+    async def token_logprobs(
+        self,
+        input_ids: Sequence[int],
+        start: int,
+        sampling_params: Mapping[str, Any],
+        *,
+        session_id: str | None = None,
+    ) -> tuple[float, ...]: ...

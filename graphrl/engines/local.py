@@ -21,6 +21,8 @@ Invariants:
   * structured output (`regex` / `json_schema`, engines/grammar.py): before each step the tokens
     the pattern does not allow next are set to -inf, so log-probs are those of the masked
     distribution (SGLang masks the logits the same way before sampling).
+  * `input_logprobs` scores given ids (prompt log-probs for SGLang's `logprob_start_len`) with the
+    same reporting rule, in one forward pass on the same worker thread.
   * model-side outcomes are Generations; bad requests (unknown sampling params, ids out of range,
     prompt longer than the context) raise `EngineError(status=400)`.
 """
@@ -104,6 +106,8 @@ class LocalEngine:
         self._closed = False
         params = inspect.signature(model.forward).parameters
         self._keep_kw = next((k for k in ("logits_to_keep", "num_logits_to_keep") if k in params), None)
+        # the KV cache argument and output field: `cache` from transformers 5.x, `past_key_values` before
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
 
     # ----------------------------------------------------------------- protocol
     async def generate(
@@ -136,6 +140,34 @@ class LocalEngine:
             return self._executor.submit(self._run, ids, params, req).result()
         finally:
             self._requests.pop(req.rid, None)
+
+    async def input_logprobs(
+        self, input_ids: Sequence[int], sampling_params: Mapping[str, Any], start: int = 1
+    ) -> tuple[float, ...]:
+        """log p(ids[i] | ids[:i]) for i in start..len(ids)-1 under the reporting rule of `generate`
+        (sampling mode: log softmax(logits / temperature); greedy or "original": log softmax(logits)),
+        from one forward pass over the ids (the server's `input_token_logprobs`)."""
+        ids, params = self._validate(input_ids, sampling_params)
+        if not 1 <= start <= len(ids):
+            raise EngineError(f"start must be in [1, {len(ids)}], got {start}", status=400)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._score, ids, params, start)
+
+    def _score(self, ids: list[int], p: SamplingParams, start: int) -> tuple[float, ...]:
+        torch = self._torch
+        if start >= len(ids):
+            return ()
+        try:
+            with torch.inference_mode():
+                x = torch.tensor([ids], dtype=torch.long, device=self.device)
+                logits = self.model(input_ids=x, use_cache=False).logits[0, start - 1 : len(ids) - 1].float()
+                if not (p.greedy or self.logprob_mode == "original") and p.temperature != 1.0:
+                    logits = logits / p.temperature
+                lps = torch.log_softmax(logits, dim=-1)
+                picked = lps.gather(1, torch.tensor(ids[start:], device=self.device).unsqueeze(1)).squeeze(1)
+        except Exception as exc:  # a fault of the engine itself
+            raise EngineError(f"local engine failed: {type(exc).__name__}: {exc}") from exc
+        return tuple(float(v) for v in picked.tolist())
 
     def abort(self, rid: str | None = None) -> bool:
         """Abort request `rid` (all requests when None). True if something was running or queued."""
@@ -198,11 +230,11 @@ class LocalEngine:
 
     def _forward(self, ids: Sequence[int], kv: Any):
         x = self._torch.tensor([list(ids)], dtype=self._torch.long, device=self.device)
-        kwargs: dict[str, Any] = {"input_ids": x, "past_key_values": kv, "use_cache": True}
+        kwargs: dict[str, Any] = {"input_ids": x, self._cache_kw: kv, "use_cache": True}
         if self._keep_kw:
             kwargs[self._keep_kw] = 1
         out = self.model(**kwargs)
-        return out.logits[0, -1].float(), out.past_key_values
+        return out.logits[0, -1].float(), getattr(out, self._cache_kw)
 
     def _run(self, ids: list[int], p: SamplingParams, req: _Request) -> Generation:
         started = time.perf_counter()

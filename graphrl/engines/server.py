@@ -21,6 +21,9 @@ Invariants:
   bounded radix tree of recently seen token sequences (`PrefixTracker`) reports the longest prefix
   seen before (prompts are inserted on admission, prompt + output on completion), capped at
   prompt_tokens - 1 like SGLang (the last prompt token is always computed).
+- `logprob_start_len` k >= 0 with `return_logprob` adds `input_token_logprobs` as SGLang lays them
+  out (prompt tokens k+1.., or all of them with a None first when k is 0), from an engine with
+  `input_logprobs` (the local engine; others: 400). `max_new_tokens: 0` scores without generating.
 - Unknown top-level request keys are ignored (SGLang does the same); keys whose effect this server
   cannot produce (`stream`, images, top-logprobs, ...) are 400 when set.
 """
@@ -263,6 +266,12 @@ class EngineServer:
         rid = req.rid or uuid.uuid4().hex
         if rid in self._inflight:
             return _error(400, f"duplicate rid {rid!r}: a request with this rid is in flight")
+        inputs: list[list[Any]] | None = None
+        if req.return_logprob and req.logprob_start_len >= 0:
+            scored = await self._input_logprobs(req)
+            if isinstance(scored, web.Response):
+                return scored
+            inputs = scored
         started = time.perf_counter()
         prompt = req.input_ids
         cached = 0 if self._engine_cache else self.prefix.match(prompt)
@@ -297,9 +306,38 @@ class EngineServer:
             return _error(400, str(exc))
         if not self._engine_cache and gen.output_ids:
             self.prefix.insert(prompt + list(gen.output_ids))
-        return self._respond(req, rid, gen, cached, started)
+        return self._respond(req, rid, gen, cached, started, inputs)
 
-    def _respond(self, req: GenerateRequest, rid: str, gen: Generation, cached: int, started: float) -> web.Response:
+    async def _input_logprobs(self, req: GenerateRequest) -> list[list[Any]] | web.Response:
+        """SGLang's `input_token_logprobs` for `logprob_start_len` k: [logprob, id, text] for the
+        prompt tokens k+1.. (SGLang skips token k), or from token 0 with a None log-prob first when
+        k is 0. Needs an engine with `input_logprobs(ids, params, start)` (the local engine)."""
+        score = getattr(self.engine, "input_logprobs", None)
+        if not callable(score):
+            return _error(400, "logprob_start_len (prompt log-probs) is not supported by this engine")
+        ids, k = req.input_ids, req.logprob_start_len
+        first = max(k + 1, 1)
+        try:
+            lps = list(await score(ids, req.sampling_params, first))
+        except EngineError as exc:
+            status = exc.status if exc.status and exc.status >= 400 else 500
+            return _error(status, f"engine error: {exc}")
+        if len(lps) != len(ids) - first or not all(map(math.isfinite, lps)):
+            return _error(500, "engine returned malformed prompt log-probs")
+        text = self.tokenizer.decode if req.return_text_in_logprobs and self.tokenizer is not None else None
+        out: list[list[Any]] = [[None, ids[0], text([ids[0]]) if text else None]] if k == 0 else []
+        out += [[lp, t, text([t]) if text else None] for lp, t in zip(lps, ids[first:])]
+        return out
+
+    def _respond(
+        self,
+        req: GenerateRequest,
+        rid: str,
+        gen: Generation,
+        cached: int,
+        started: float,
+        inputs: list[list[Any]] | None = None,
+    ) -> web.Response:
         ids, lps = gen.output_ids, gen.logprobs
         if not all(map(math.isfinite, lps)):
             return _error(500, "engine returned a non-finite log-prob")
@@ -323,6 +361,8 @@ class EngineServer:
                 meta["output_token_logprobs"] = [[lp, t, decode([t])] for lp, t in zip(lps, ids)]
             else:
                 meta["output_token_logprobs"] = [[lp, t, None] for lp, t in zip(lps, ids)]
+            if inputs is not None:
+                meta["input_token_logprobs"] = inputs
         text = gen.text
         if not text and ids and self.tokenizer is not None:
             text = self._decode(ids, req.sampling_params.get("skip_special_tokens", True))

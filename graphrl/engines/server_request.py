@@ -7,7 +7,8 @@ with None-valued entries dropped (None means "the default", as in SGLang).
 
 Invariants: exactly one of `input_ids` / `text`; no batches; `stream`, images, top-logprobs and
 the like are refused rather than ignored; every sampling param has the type SGLang gives it.
-Unknown top-level keys are ignored, as SGLang does.
+Unknown top-level keys are ignored, as SGLang does. `logprob_start_len` (SGLang's, default -1) must be
+smaller than the prompt length.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class GenerateRequest:
     rid: str | None
     return_logprob: bool
     return_text_in_logprobs: bool
+    logprob_start_len: int = -1  # >= 0 with return_logprob: input_token_logprobs from there (SGLang's rule)
 
 
 def _is_int(v: Any) -> bool:
@@ -193,10 +195,18 @@ def parse_generate_request(
     rid = body.get("rid")
     if rid is not None and (not isinstance(rid, str) or not rid):
         raise BadRequest("rid must be a non-empty string (batched requests are not supported)")
+    ids = _prompt_ids(body, tokenizer)
+    start = body.get("logprob_start_len")
+    start = -1 if start is None else start
+    if not _is_int(start) or start < -1:
+        raise BadRequest("logprob_start_len must be an int >= -1 (-1: output log-probs only)")
+    if start >= len(ids):
+        raise BadRequest(f"logprob_start_len ({start}) must be smaller than the prompt length ({len(ids)})")
     return GenerateRequest(
-        input_ids=_prompt_ids(body, tokenizer),
+        input_ids=ids,
         sampling_params=_sampling_params(body.get("sampling_params"), supported),
         rid=rid,
         return_logprob=flags["return_logprob"],
         return_text_in_logprobs=flags["return_text_in_logprobs"],
+        logprob_start_len=start,
     )

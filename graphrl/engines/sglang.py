@@ -7,6 +7,8 @@ expects), an optional session id. Output: a `Generation` whose ids and log-probs
 Wire (docs/architecture.md, slime contract §4): `POST {url}/generate` with `input_ids`, `sampling_params`,
 `return_logprob: true` and a fresh `rid`; header `X-SMG-Routing-Key: <session_id>` when a session id
 is given, so consistent-hashing routers keep a conversation on one worker (prefix-cache hits).
+`token_logprobs` (a teacher scoring given tokens) is the same call with `max_new_tokens: 0` and
+`logprob_start_len`, read from `meta_info.input_token_logprobs`.
 
 Invariants:
 - ids and log-probs are never repaired: a malformed entry, a non-finite or missing log-prob, or an
@@ -229,14 +231,67 @@ class SGLangEngine:
             input_ids = list(input_ids)
         if type(sampling_params) is not dict:
             sampling_params = dict(sampling_params)
-        body = dumps(
-            {
-                "input_ids": input_ids,
-                "sampling_params": sampling_params,
-                "return_logprob": True,
-                "rid": rid,
-            }
-        )
+        body = {"input_ids": input_ids, "sampling_params": sampling_params, "return_logprob": True, "rid": rid}
+        return self._parse(await self._post_generate(body, rid, session_id), rid)
+
+    async def token_logprobs(
+        self,
+        input_ids: Sequence[int],
+        start: int,
+        sampling_params: Mapping[str, Any],
+        *,
+        session_id: str | None = None,
+    ) -> tuple[float, ...]:
+        """Score `input_ids[start:]` (engines.base.ScoresTokens): one `/generate` with
+        `max_new_tokens: 0`, `return_logprob` and `logprob_start_len: start - 1`. SGLang's
+        `input_token_logprobs` then covers tokens start..end ([logprob, id, text] each; with
+        logprob_start_len 0 a `None` entry for token 0 comes first); the last `len - start` entries
+        are taken and their ids must be exactly `input_ids[start:]` (else EngineError, never a guess)."""
+        ids = [int(t) for t in input_ids]
+        if not 1 <= start <= len(ids):
+            raise ValueError(f"start must be in [1, {len(ids)}], got {start}")
+        rid = uuid.uuid4().hex
+        params = {**dict(sampling_params), "max_new_tokens": 0}
+        body = {
+            "input_ids": ids,
+            "sampling_params": params,
+            "return_logprob": True,
+            "logprob_start_len": start - 1,
+            "rid": rid,
+        }
+        payload = await self._post_generate(body, rid, session_id)
+        try:
+            reply = loads(payload)
+        except ValueError as exc:
+            raise EngineError(f"SGLang /generate returned invalid JSON: {exc}") from None
+        meta = reply.get("meta_info") if isinstance(reply, dict) else None
+        entries = meta.get("input_token_logprobs") if isinstance(meta, dict) else None
+        want = ids[start:]
+        if not isinstance(entries, list) or len(entries) < len(want):
+            got = len(entries) if isinstance(entries, list) else entries
+            raise EngineError(
+                f"SGLang {self._generate_url} returned {got!r} input_token_logprobs for {len(want)} scored tokens"
+            )
+        tail = entries[len(entries) - len(want) :]
+        try:
+            got_ids = [e[1] for e in tail]
+            raw = [e[0] for e in tail]
+        except (TypeError, KeyError, IndexError) as exc:
+            raise EngineError(f"malformed input_token_logprobs: {exc!r}") from None
+        if not set(map(type, raw)) <= _NUMBER_TYPES or not set(map(type, got_ids)) <= _INT_ONLY:
+            raise EngineError("malformed input_token_logprobs: log-probs must be numbers and ids ints")
+        logprobs = tuple(map(float, raw))
+        if got_ids != want:
+            raise EngineError(
+                "input_token_logprobs are not for the tokens sent (ids differ): refusing to guess the alignment"
+            )
+        if not all(map(math.isfinite, logprobs)):
+            raise EngineError("input_token_logprobs holds a non-finite log-prob")
+        return logprobs
+
+    async def _post_generate(self, body_obj: dict[str, Any], rid: str, session_id: str | None) -> bytes:
+        """POST one `/generate` body; the reply's bytes on HTTP 200 (retries, aborts: module docstring)."""
+        body = dumps(body_obj)
         headers = self._headers
         if session_id is not None:
             headers = {**headers, ROUTING_HEADER: str(session_id)}
@@ -250,7 +305,7 @@ class SGLangEngine:
                     payload = await resp.read()
                 in_flight = False
                 if status == 200:
-                    return self._parse(payload, rid)
+                    return payload
                 error = self._status_error(status, payload)
                 if not (status == 503 and self.retry_on_503):
                     raise error

@@ -39,7 +39,8 @@ Guarantees (checked at every `prepare`, except the last line):
 Non-append-only templates (e.g. Qwen3's, which drops `<think>` blocks of earlier assistant turns once
 a new user turn arrives) fail the prefix check: `NotAppendOnlyError` names the message and shows the
 first differing characters; with `on_drift="new_sample"` the thread instead restarts from a fresh
-rendering (a new prompt; the caller starts a new training sample).
+rendering (a new prompt; the caller starts a new training sample). The drift and strict-mode
+diagnostics live in `runtime.chat_drift`.
 """
 
 from __future__ import annotations
@@ -50,6 +51,9 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from graphrl.runtime.chat_drift import DeltaMismatchError as DeltaMismatchError  # re-exported
+from graphrl.runtime.chat_drift import NotAppendOnlyError as NotAppendOnlyError
+from graphrl.runtime.chat_drift import check_boundary, drift_error
 from graphrl.runtime.chat_parts import DeltaPart, label_parts
 from graphrl.runtime.chat_template import (
     CompletionRenderer,
@@ -65,21 +69,6 @@ class OnDrift(str, Enum):
 
     NEW_SAMPLE = "new_sample"  # restart the thread from a fresh rendering: a new training sample
     FAIL = "fail"  # raise NotAppendOnlyError
-
-
-class NotAppendOnlyError(ValueError):
-    """Rendering the continued conversation changes text the thread's tokens already cover."""
-
-    def __init__(self, message: str, *, message_index: int | None, position: int, expected: str, actual: str):
-        super().__init__(message)
-        self.message_index = message_index  # index into the thread's messages, None: template glue
-        self.position = position  # first differing character of the rendered text
-        self.expected = expected  # the thread's text from `position` (an excerpt)
-        self.actual = actual  # the new rendering from `position` (an excerpt)
-
-
-class DeltaMismatchError(ValueError):
-    """strict mode: a delta tokenises differently than the from-scratch rendering does."""
 
 
 class ThreadStateError(RuntimeError):
@@ -101,9 +90,6 @@ class ThreadDelta:
     parts: tuple[DeltaPart, ...] = ()  # covers ids exactly, in order (kind "append" only)
     drift: str | None = None  # the NotAppendOnlyError message that caused a restart
     kept_stop: bool = False  # the previous output's stop token stays in the thread (see module doc)
-
-
-_EXCERPT = 40
 
 
 class ChatRenderer:
@@ -305,6 +291,28 @@ class ChatThread:
     def state(self) -> str:
         return self._state
 
+    @property
+    def opening(self) -> int:
+        """How many messages the thread opened with (a budget never drops or summarises them)."""
+        return self._opening
+
+    def replace_history(
+        self, messages: Iterable[Mapping[str, Any]], *, note: str, budget: int | None = None
+    ) -> ThreadDelta:
+        """Restart the thread from `messages` (e.g. its opening, a summary of older turns, the newest
+        turns): rendered afresh with the generation prompt, a new prompt (kind "prompt": the caller
+        starts a new sample). ContextBudgetError, with the thread unchanged, when the rendering has
+        more than `budget` ids."""
+        if self._pending:
+            raise ThreadStateError("replace_history needs a prepared thread (messages are queued)")
+        msgs = [template_message(m) for m in messages]
+        rendered = self._render(msgs)
+        ids = self._r.encode(rendered)
+        if budget is not None and len(ids) > budget:
+            raise ContextBudgetError(f"the thread needs {len(ids)} tokens ({note}), over its {budget}-token budget")
+        self._messages, self._continuing = msgs, False
+        return self._restart(rendered, drift=note, ids=ids)
+
     def add_messages(self, messages: Iterable[Mapping[str, Any]]) -> None:
         """Queue messages (tool results, a user turn); the next `prepare` renders them all at once."""
         self._pending.extend(template_message(m) for m in messages)
@@ -387,7 +395,14 @@ class ChatThread:
         history = self._messages + self._pending
         rendered = self._render(history)
         if not rendered.startswith(self._text):
-            error = self._drift_error(rendered, history)
+            error = drift_error(
+                self._text,
+                rendered,
+                history,
+                n_messages=len(self._messages),
+                output_start=self._content_start if self._state == "answered" else None,
+                render=lambda msgs: self._render(msgs, generation_prompt=False),
+            )
             if on_drift is OnDrift.FAIL:
                 raise error
             self._messages, self._pending = history, []
@@ -399,7 +414,7 @@ class ChatThread:
         delta_text = rendered[pos:]
         ids, enc = self._r._encode(delta_text)
         if self._r.strict:
-            self._check_boundary(rendered, pos, ids)
+            check_boundary(self._r._encode, rendered, pos, ids)
         first_new = len(self._messages)
         new_messages = list(enumerate(self._pending, start=first_new))
         self._ids.extend(ids)
@@ -432,79 +447,11 @@ class ChatThread:
             "and the newest turn"
         )
 
-    def _restart(self, rendered: str, drift: str | None) -> ThreadDelta:
-        ids = list(self._r.encode(rendered))
+    def _restart(self, rendered: str, drift: str | None, ids: Sequence[int] | None = None) -> ThreadDelta:
+        ids = list(self._r.encode(rendered) if ids is None else ids)
         if not ids:
             raise ValueError("the chat template rendered an empty prompt")
         self._ids, self._text, self._tail, self._state = ids, rendered, "", "ready"
         self._ids_view = None
         self.prompt_length = len(ids)
         return ThreadDelta("prompt", tuple(ids), rendered, (), drift=drift)
-
-    def _check_boundary(self, rendered: str, pos: int, ids: list[int]) -> None:
-        """strict: the from-scratch tokenisation of `rendered` has a token boundary at `pos` and
-        tokenises the rest to exactly `ids` (O(conversation): a debugging aid, off by default)."""
-        full, enc = self._r._encode(rendered)
-        if enc is not None and pos < len(rendered):
-            at = enc.char_to_token(pos)
-            ok = at is not None and enc.token_to_chars(at)[0] == pos and full[at:] == ids
-        else:
-            ok = full[len(full) - len(ids) :] == ids
-        if not ok:
-            raise DeltaMismatchError(
-                f"the delta {rendered[pos : pos + _EXCERPT]!r} does not start at a token boundary "
-                f"of the full rendering (it merges with {rendered[max(0, pos - 10) : pos]!r}): its "
-                f"ids {ids[:8]} differ from the from-scratch ids {full[len(full) - len(ids) :][:8]}"
-            )
-
-    def _drift_error(self, rendered: str, history: list[dict[str, Any]]) -> NotAppendOnlyError:
-        old = self._text
-        p = _common_prefix(old, rendered)
-        index = self._message_at(p)
-        n_new = len(self._pending)
-        where = (
-            "the generation prompt / template glue"
-            if index is None
-            else (f"message {index} ({history[index].get('role')!r})")
-        )
-        if (
-            index is not None
-            and index == len(self._messages) - 1
-            and p >= self._content_start
-            and self._state == "answered"
-        ):
-            where += ", the model's own output: the template does not reproduce it verbatim"
-        return NotAppendOnlyError(
-            f"chat template is not append-only: rendering the conversation with {n_new} new "
-            f"message(s) changes text the thread already holds, at character {p} in {where}: "
-            f"the thread has {old[p : p + _EXCERPT]!r} but the template now renders "
-            f"{rendered[p : p + _EXCERPT]!r}",
-            message_index=index,
-            position=p,
-            expected=old[p : p + _EXCERPT],
-            actual=rendered[p : p + _EXCERPT],
-        )
-
-    def _message_at(self, position: int) -> int | None:
-        """Index of the thread message whose rendering covers `position` (error path only)."""
-        if self._state == "answered" and position >= self._content_start:
-            return len(self._messages) - 1
-        for j in range(1, len(self._messages) + 1):
-            try:
-                end = len(self._render(self._messages[:j], generation_prompt=False))
-            except Exception:  # some templates refuse partial conversations
-                continue
-            if end > position:
-                return j - 1
-        return None
-
-
-def _common_prefix(a: str, b: str) -> int:
-    lo, hi = 0, min(len(a), len(b))
-    while lo < hi:  # binary search on equal prefixes: O(n log n) char compares in C
-        mid = (lo + hi + 1) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo

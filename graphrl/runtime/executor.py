@@ -5,7 +5,9 @@ Input: a `Plan`, `Endpoints` (engines + chat renderers per model), a `ToolRunner
 Output: `RolloutResult`.
 
 Execution model: nodes run one at a time along the graph's edges (a rollout is sequential; many
-rollouts run concurrently on one event loop; a `foreach` with `parallel: N` runs N items at once).
+rollouts run concurrently on one event loop; a `foreach` with `parallel: N` runs N items at once,
+a `parallel` fork its branch nodes, a `graph` node walks its child plan with a child executor:
+`subgraph`, `walk`; their samples join the rollout in item order, `RolloutState.pending`).
 What a node does is its kind's handler (`graphrl.runtime.handlers`); llm nodes render a fresh prompt
 or continue an append-only thread (`TrainedThread`, which grows the thread's sample with it), and
 their engine output ids go into training samples verbatim: per call (`sample: call`), per thread
@@ -31,16 +33,17 @@ from typing import Any
 
 from ..engines.base import EngineError, Generation
 from ..plan import Plan
-from ..spec.model import ABORT, END, POLICY, LLMNode
+from ..spec.model import ABORT, END, POLICY
 from .chat import NotAppendOnlyError, ThreadStateError
 from .environment import environment_of, open_environment
 from .finish import finish_samples, usage
+from .foreach import foreach_items
 from .handlers import HANDLERS
 from .handlers.llm import strip_stop
 from .ledger import CallRecord, LedgerError, TrainingSample
 from .outcome import reward_scalar
 from .renderers import ModelRenderers
-from .rollout import AbortSignal, RolloutFault, RolloutInput, RolloutState
+from .rollout import AbortSignal, RolloutFault, RolloutInput, RolloutState, merge_pending
 from .scope import NodeResult, Renderer, RenderError, merge_state
 from .scoring import node_reward, rollout_reward
 from .services import Endpoints, RewardScorer, ToolRunner, UnknownModel
@@ -96,6 +99,8 @@ class Executor:
         # a training framework's context bound (slime's --rollout-max-context-len): every call whose
         # tokens go into a training sample keeps prompt + output within it (llm handler)
         self.max_context_tokens = max_context_tokens
+        self._children: dict[str, Executor] = {}  # sub-graph executors, by graph node id
+        self.handlers = HANDLERS  # what a fork runs its branches with
 
     # ------------------------------------------------------------------ public
     async def close(self) -> None:
@@ -181,28 +186,46 @@ class Executor:
 
     async def _execute(self, r: RolloutState, abort: AbortSignal | None) -> None:
         self._init(r)
+        r.abort = abort
         if self.plan.environment is not None:
             decl = self.plan.environment
             args = self.render.value(("environment", "args"), decl.args, self._ctx(r, 0))
             r.ns["env"] = await open_environment(self.plan, self.user_callable(decl.class_), args, r.resources)
+        node_id = await self.walk(r)
+        if node_id == ABORT:
+            r.status, r.error, r.aborted_by = "aborted", "the graph routed to abort", "graph"
+        elif node_id is not None and r.last_finish == "length":
+            r.status = "truncated"
+
+    async def walk(self, r: RolloutState) -> str | None:
+        """Run nodes from the start to end / abort (returned), or None when the rollout stopped early
+        (aborted, truncated, out of steps). A sub-graph's run is a walk of its own plan."""
         node_id = self.plan.start
         while node_id not in (END, ABORT):
-            if abort is not None and abort.is_set():
+            if r.abort is not None and r.abort.is_set():
                 r.status, r.error, r.aborted_by = "aborted", "aborted by the caller", "caller"
-                return
+                return None
             if self._out_of_steps(r):
-                return
+                return None
             node = self.plan.nodes[node_id]
             if self._limited(r, node_id, node):
                 node_id = node.on_limit or END
                 continue
-            node_id = await self._step(r, node_id, node, abort)
+            node_id = await self._step(r, node_id, node, r.abort)
             if r.status in ("aborted", "truncated"):
-                return
-        if node_id == ABORT:
-            r.status, r.error, r.aborted_by = "aborted", "the graph routed to abort", "graph"
-        elif r.last_finish == "length":
-            r.status = "truncated"
+                return None
+        return node_id
+
+    def subgraph(self, nid: str) -> Executor:
+        """The executor of `graph` node `nid`'s child plan: the same engines, tools and rewards."""
+        child = self._children.get(nid)
+        if child is None:
+            plan = (self.plan.subgraphs or {})[nid]
+            child = self._children[nid] = Executor(
+                plan, self.endpoints, tools=self.tools, rewards=self.rewards, sampling=self.sampling,
+                clock=self.clock, max_context_tokens=self.max_context_tokens,
+            )  # fmt: skip
+        return child
 
     def _out_of_steps(self, r: RolloutState) -> bool:
         """limits.max_steps counts node visits (each foreach item is one); reaching it truncates."""
@@ -222,7 +245,7 @@ class Executor:
         handler = HANDLERS[node.kind]
         items: list[Any] = [None]
         if node.foreach is not None:
-            items = await self._foreach_items(r, nid, node)
+            items = await foreach_items(self, self._ctx(r, 0), nid, node)
         width = node.foreach.parallel if node.foreach is not None else 1
         output: NodeResult | None = None
         i = 0
@@ -271,20 +294,23 @@ class Executor:
     ) -> list[Any]:
         """The handler once per (visit, ctx), concurrently; results (or exceptions) in item order, and
         the samples they made in item order too (not in the order the calls happened to finish)."""
-        if len(batch) == 1:
-            visit, ctx = batch[0]
-            try:
-                return [await handler.run(self, r, nid, node, visit, ctx)]
-            except FAULTS as exc:
-                return [exc]
-        first = len(r.samples)
-        results = await asyncio.gather(
-            *(handler.run(self, r, nid, node, visit, ctx) for visit, ctx in batch), return_exceptions=True
-        )
-        made = r.samples[first:]
-        made.sort(key=lambda s: s.spans[0].visit if isinstance(s, TrainingSample) and s.spans else 0)
-        r.samples[first:] = made
-        return list(results)
+        try:
+            if len(batch) == 1:
+                visit, ctx = batch[0]
+                try:
+                    return [await handler.run(self, r, nid, node, visit, ctx)]
+                except FAULTS as exc:
+                    return [exc]
+            first = len(r.samples)
+            results = await asyncio.gather(
+                *(handler.run(self, r, nid, node, visit, ctx) for visit, ctx in batch), return_exceptions=True
+            )
+            made = r.samples[first:]
+            made.sort(key=lambda s: s.spans[0].visit if isinstance(s, TrainingSample) and s.spans else 0)
+            r.samples[first:] = made
+            return list(results)
+        finally:  # sub-graph runs join the rollout in item order, whatever order they finished in
+            merge_pending(r, [(nid, visit) for visit, _ in batch])
 
     def _record(
         self, r: RolloutState, nid: str, node: Any, visit: int, ctx: dict[str, Any], output: NodeResult
@@ -323,27 +349,6 @@ class Executor:
             except (TypeError, KeyError) as exc:
                 raise RenderError(self.plan.span("nodes", nid, "update", name), str(exc)) from None
             ctx[name] = r.state[name]
-
-    async def _foreach_items(self, r: RolloutState, nid: str, node: Any) -> list[Any]:
-        fe = node.foreach
-        value = self.render.expr(("nodes", nid, "foreach", "over"), fe.over, self._ctx(r, 0))
-        if fe.chunk_tokens:
-            model = node.llm if isinstance(node, LLMNode) and not node.dynamic_model else POLICY
-            renderer = self.renderers.for_model(model)
-            text = "" if value is None else str(value)
-            # Tokenising a long document is CPU work: keep it off the event loop.
-            ids = await asyncio.to_thread(renderer.encode, text)
-            step = fe.chunk_tokens
-            items = [renderer.decode(ids[i : i + step]) for i in range(0, len(ids), step)]
-        elif isinstance(value, str):
-            raise RenderError(
-                self.plan.span("nodes", nid, "foreach", "over"),
-                f"foreach over a text ({len(value)} characters) would run once per character: "
-                "add chunk_tokens: N to split it into N-token chunks, or iterate a list",
-            )
-        else:
-            items = list(value or [])
-        return items[: fe.max] if fe.max else items
 
     # ------------------------------------------------------------------ services of the node handlers
     def thread(self, r: RolloutState, name: str) -> TrainedThread:
@@ -478,6 +483,7 @@ class Executor:
         return await rollout_reward(self.plan, self.render, self.rewards, ctx, judge, environment_of(r.resources))
 
     def _finish_samples(self, r: RolloutState, reward: Any) -> tuple[TrainingSample, ...]:
+        merge_pending(r, sorted(r.pending))  # runs cut off by a timeout keep their samples too
         return finish_samples(r.samples, reward, self.plan.reward, r.status, r.inp.rollout_id, r.node_rewards)
 
 

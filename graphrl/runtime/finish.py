@@ -48,8 +48,9 @@ def finish_samples(
             credits[i] = share
     mode = spec.node_rewards if spec is not None else "own"
     base = _scalar(reward, spec) if mode != "own" else None
+    failed = status in ("aborted", "failed")  # no reward for the rollout: none for its node rewards either
     for i, value in enumerate(own):
-        if value is not None:
+        if value is not None and not failed:
             credits[i] = value if base is None else (value * base if mode == "times" else value + base)
     out = []
     for i, (s, credit) in enumerate(zip(frozen, credits)):

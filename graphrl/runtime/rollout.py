@@ -63,6 +63,25 @@ class RolloutState:
     resources: RolloutResources = field(default_factory=RolloutResources)  # closed when the rollout ends
     node_rewards: dict[tuple[str, int], float] = field(default_factory=dict)  # (node, visit) -> its own reward
     aborted_by: str | None = None  # "engine" | "caller" | "graph" when status is aborted
+    abort: AbortSignal | None = None  # the caller's abort signal (sub-graphs read it too)
+    # (node, visit) -> merges a finished sub-graph run into this rollout; applied in item order
+    pending: dict[tuple[str, int], Callable[[], None]] = field(default_factory=dict)
+
+
+def merge_pending(r: RolloutState, keys: list[tuple[str, int]]) -> None:
+    """Apply the pending sub-graph merges of these (node, visit)s, in this order."""
+    for key in keys:
+        merge = r.pending.pop(key, None)
+        if merge is not None:
+            merge()
+
+
+class GraphRunner(Protocol):
+    """A sub-graph's executor, as its `graph` node's handler uses it."""
+
+    plan: Plan
+
+    async def walk(self, r: RolloutState) -> str | None: ...
 
 
 class StepServices(Protocol):
@@ -86,3 +105,5 @@ class StepServices(Protocol):
     ) -> tuple[Generation, CallRecord]: ...
 
     def user_callable(self, ref: str) -> Callable[..., Any]: ...
+
+    def subgraph(self, nid: str) -> GraphRunner: ...

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from .chat import ChatThread
+from .chat import ChatThread, ThreadDelta
 from .ledger import CallRecord, LedgerError, SampleBuilder
 
 
@@ -55,12 +55,30 @@ class TrainedThread:
         if self.sample is not None and ids:
             self.sample.append(ids, mask=0, node=owner[0], visit=owner[1], kind="observation")
 
-    def prepare(self, on_drift: str, *, node: str, visit: int, budget: int | None = None) -> tuple[int, ...]:
+    def prepare(
+        self, on_drift: str, *, node: str, visit: int, budget: int | None = None, overflow: int | None = None
+    ) -> tuple[int, ...]:
         """Render what was queued; the observation tokens go into the sample (mask 0). A drift or a
-        budget truncation restarts the thread: a new sample."""
+        budget truncation restarts the thread: a new sample. `overflow`: a budget the caller enforces
+        itself (a summary): past it nothing is recorded, the sample ends at its last output, and the
+        caller restarts the thread (`replace_history`) or ends the rollout."""
         delta = self.chat.prepare(on_drift, budget)
+        if overflow is not None and len(self.chat) > overflow:
+            return self.chat.ids
+        return self._record_delta(delta, node, visit)
+
+    def replace_history(
+        self, messages: Iterable[Mapping[str, Any]], *, note: str, budget: int | None
+    ) -> tuple[int, ...]:
+        """Restart from `messages` (a summary in place of older turns): the current sample ends as it
+        is, a new one starts whose prompt is exactly the ids of the new rendering."""
+        return self._record_delta(self.chat.replace_history(messages, note=note, budget=budget), "", 0)
+
+    def _record_delta(self, delta: ThreadDelta, node: str, visit: int) -> tuple[int, ...]:
+        if delta.kind == "prompt":  # every message so far is in the new prompt: no owner is needed any more
+            self._owners.clear()  # (and after a truncation or a summary the message indexes moved)
         if self.sampled:
-            if delta.kind == "prompt":  # first call, or a drift restart: a new sample
+            if delta.kind == "prompt":  # first call, or a restart (drift, budget): a new sample
                 self.sample = SampleBuilder(delta.ids, rollout_id=self._rollout_id)
                 self._on_sample(self.sample)
             elif delta.ids and self.sample is not None:

@@ -45,6 +45,8 @@ def substitute_constants(doc: dict[str, Any], loc: Located) -> tuple[dict[str, A
             )
             return value
         if isinstance(value, dict):
+            if len(path) == 3 and path[0] == "nodes" and path[2] == "graph":
+                return value  # an inline sub-graph: substituted as a graph of its own (with these constants)
             return {k: walk(v, path + (k,)) for k, v in value.items()}
         if isinstance(value, list):
             return [walk(v, path + (i,)) for i, v in enumerate(value)]

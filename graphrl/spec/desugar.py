@@ -10,6 +10,7 @@ Shorthands (each documented in docs/graph-language.md):
            foreach: context          -> foreach: {over: context}
            prompt: "{{ messages }}"  -> prompt: [{messages: "{{ messages }}"}]
            prompt item "text"        -> {messages: "text"}
+  threads: prompt and summarize.prompt as a node's prompt
   reward:  reward: exact_match       -> reward: {fn: exact_match}
 
 Invariants: canonical input passes through unchanged; a value of an unexpected type is left as it is
@@ -44,6 +45,18 @@ def _node(node: Any) -> Any:
     return node
 
 
+def _thread(thread: Any) -> Any:
+    if not isinstance(thread, dict):
+        return thread
+    thread = dict(thread)
+    if "prompt" in thread:
+        thread["prompt"] = _prompt(thread["prompt"])
+    summ = thread.get("summarize")
+    if isinstance(summ, dict) and "prompt" in summ:
+        thread["summarize"] = {**summ, "prompt": _prompt(summ["prompt"])}
+    return thread
+
+
 def desugar(doc: dict[str, Any]) -> dict[str, Any]:
     doc = dict(doc)
     if isinstance(doc.get("state"), dict):
@@ -53,10 +66,7 @@ def desugar(doc: dict[str, Any]) -> dict[str, Any]:
     if isinstance(doc.get("nodes"), dict):
         doc["nodes"] = {k: _node(v) for k, v in doc["nodes"].items()}
     if isinstance(doc.get("threads"), dict):
-        doc["threads"] = {
-            k: {**v, "prompt": _prompt(v["prompt"])} if isinstance(v, dict) and "prompt" in v else v
-            for k, v in doc["threads"].items()
-        }
+        doc["threads"] = {k: _thread(v) for k, v in doc["threads"].items()}
     if isinstance(doc.get("reward"), str):
         doc["reward"] = {"fn": doc["reward"]}
     return doc

@@ -28,6 +28,11 @@ CODES: dict[str, tuple[str, str]] = {
     "E005": ("duplicate-node", "two nodes share one id"),
     "E006": ("missing-key", "a required key is missing"),
     "E007": ("file-not-found", "a graph or template file does not exist or cannot be read"),
+    "E008": (
+        "bad-include",
+        "an include: that cannot be merged (missing, outside the folder, a cycle, a section it cannot hold)",
+    ),
+    "E009": ("include-conflict", "a name or section defined both in a graph and in a file it includes, or twice"),
     "E101": ("unknown-node", "an edge or reference names a node that does not exist"),
     "E102": ("unreachable-node", "no path leads from the start node to this node"),
     "E103": ("no-path-to-end", "from this node the rollout can never finish"),
@@ -40,7 +45,7 @@ CODES: dict[str, tuple[str, str]] = {
     "E203": ("expression-syntax", "a Jinja expression does not parse"),
     "E204": ("unknown-field", "a reference to a field that the node's parser never produces"),
     "E205": ("unsafe-template", "a template reaches for Python internals (`_` attributes, format, attr)"),
-    "E301": ("unknown-model", "an llm node or reward names a model that is not declared"),
+    "E301": ("unknown-model", "an llm node, reward or slime.teacher names a model that is not declared"),
     "E302": ("unknown-tool", "a tool name that is neither built in nor an importable module:function"),
     "E303": ("bad-import", "a module:function path that cannot be imported"),
     "E304": ("bad-signature", "a user function whose signature does not accept the arguments given"),
@@ -51,12 +56,24 @@ CODES: dict[str, tuple[str, str]] = {
     "E309": ("no-environment", "env_step, env_reward or an `env` parameter used by a graph with no `environment:`"),
     "E310": ("completion-mode-conflict", "completion mode mixed with chat turns in a thread, or given tool schemas"),
     "E311": ("reward-untrained-node", "a node reward on a node whose tokens are not trained"),
+    "E312": ("subgraph-file", "a `graph:` node's file is missing, outside the graph's folder, or not a file"),
+    "E313": ("subgraph-recursion", "a sub-graph file includes itself, directly or through other sub-graphs"),
+    "E314": ("subgraph-inputs", "a `graph:` node maps an input the child does not declare, or misses a required one"),
+    "E315": ("subgraph-section", "a sub-graph file declares what only the top graph may (reward, limits, ...)"),
+    "E316": ("parallel-branch", "a `parallel:` branch that is not a plain one-visit node of that fork only"),
+    "E317": ("parallel-thread", "two branches of one `parallel:` fork continue the same thread"),
+    "E320": (
+        "thread-overflow-policy",
+        "on_overflow: summarize without summarize: or max_tokens:, or summarize: with on_overflow: truncate",
+    ),
+    "E321": ("trained-frozen-summary", "summarize: train: true with a model other than the policy"),
     "E401": ("trained-frozen-model", "a trained node runs on a frozen (non-policy) model"),
     "W402": ("no-trained-node", "no node is trained: the graph produces no training signal"),
     "E403": ("fanout-incompatible", "a fan-out graph combined with slime settings that break it"),
     "W404": ("context-overflow", "the worst-case token count can exceed the declared context length"),
     "W405": ("untrained-policy-sample", "a policy node enters a training sample with no trained tokens"),
     "W406": ("history-rewrite", "a thread is re-rendered with a chat template that rewrites earlier turns"),
+    "E407": ("teacher-is-policy", "slime.teacher names the policy: it would distil the trained model into itself"),
 }
 
 
@@ -157,6 +174,16 @@ def did_you_mean(word: str, candidates: Iterable[str]) -> str | None:
     """A 'did you mean' hint for a misspelt name, or None when nothing is close."""
     matches = difflib.get_close_matches(str(word), sorted(set(map(str, candidates))), n=1, cutoff=0.6)
     return f"did you mean '{matches[0]}'?" if matches else None
+
+
+def did_you_mean_file(written: str, names: Iterable[str]) -> str | None:
+    """A did-you-mean for a misspelt file path: the closest of the file `names` in its folder,
+    written as a path the way the user wrote theirs (folder kept), or None when nothing is close."""
+    folder, _, name = str(written).rpartition("/")
+    matches = difflib.get_close_matches(name, sorted(set(names)), n=1, cutoff=0.6)
+    if not matches:
+        return None
+    return f"did you mean '{folder + '/' if folder else ''}{matches[0]}'?"
 
 
 def has_errors(diagnostics: Iterable[Diagnostic]) -> bool:

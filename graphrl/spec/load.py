@@ -15,7 +15,7 @@ import copy
 import re
 import typing
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from pydantic import BaseModel, ValidationError
 from .constants import substitute_constants
 from .desugar import desugar
 from .diagnostics import Diagnostic, SourceCache, Span, did_you_mean
+from .includes import expand_includes
 from .model import GraphSpec, Message, Node
 from .nodes import SELECTORS, UpdateNode, node_kind
 from .template_files import TemplateRefused, read_template
@@ -74,6 +75,7 @@ class Graph:
     located: Located = field(repr=False, compare=False)
     templates: dict[tuple, TemplateSource] = field(repr=False, compare=False)  # path -> source
     targets: dict[str, BaseModel] = field(default_factory=dict)  # a compile target's section, by its name
+    includes: tuple[str, ...] = ()  # YAML files merged in by include:, in the order read
 
     @property
     def base_dir(self) -> Path:
@@ -170,14 +172,17 @@ def _pydantic_diagnostics(
                 )
             )
         else:
-            where = ".".join(str(p) for p in loc) or "value"
+            where = ".".join(str(p) for p in path) or "value"  # the whole key path: nodes.fork.max
             msg = err["msg"].removeprefix("Value error, ")
             on_key = typ == "invalid_key" or err["loc"][-1:] == ("[key]",)  # the key itself is wrong
+            hint = None
             if on_key:
                 msg = f"keys must be strings, not {type(loc[-1]).__name__ if loc else 'this'}"
-            out.append(
-                Diagnostic("E003", f"{where}: {msg}", loc_.span(path, key=on_key), "quote the key" if on_key else None)
-            )
+                hint = "quote the key"
+            elif typ in ("literal_error", "enum") and isinstance(err.get("input"), str):
+                options = re.findall(r"'([^']*)'", str((err.get("ctx") or {}).get("expected", "")))
+                hint = did_you_mean(err["input"], options)  # on_overflow: summarise -> 'summarize'
+            out.append(Diagnostic("E003", f"{where}: {msg}", loc_.span(path, key=on_key), hint))
     return out
 
 
@@ -210,11 +215,23 @@ def load_graph(
             )
         ]
     loc = load_yaml(text, file)
+    return graph_from_located(loc, sections=sections)
+
+
+def graph_from_located(
+    loc: Located, *, sections: Mapping[str, type[BaseModel]] | None = None
+) -> tuple[Graph | None, list[Diagnostic]]:
+    """A parsed graph document -> Graph: a file's, or an inline sub-graph's (its spans in the parent's file)."""
+    file = loc.file
     diags = list(loc.diagnostics)
     if any(d.code == "E001" for d in diags):
         return None, diags
     if not isinstance(loc.value, dict):
         diags.append(Diagnostic("E003", "a graph file is a mapping with name: and nodes:", loc.span(())))
+        return None, diags
+    include_diags, included = expand_includes(loc, Path(file).parent)
+    diags += include_diags
+    if any(d.code in ("E001", "E008") for d in include_diags):
         return None, diags
     doc, const_diags = substitute_constants(desugar(loc.value), loc)
     diags += const_diags
@@ -276,7 +293,8 @@ def load_graph(
         return None, diags
     # With only unknown keys wrong, the graph (those keys dropped) is still analysed, so that every
     # problem is reported at once; callers treat any error diagnostic as failure.
-    return Graph(spec=spec, nodes=nodes, file=file, located=loc, templates=templates, targets=targets), diags
+    graph = Graph(spec=spec, nodes=nodes, file=file, located=loc, templates=templates, targets=targets)
+    return (replace(graph, includes=tuple(included)) if included else graph), diags
 
 
 def _without_unknown_keys(model: type[BaseModel], doc: Any, exc: ValidationError) -> Any:
@@ -305,6 +323,9 @@ def _messages(spec: GraphSpec, nodes: dict[str, Node]) -> Iterator[tuple[tuple, 
     for tid, th in spec.threads.items():
         for i, m in enumerate(th.prompt):
             yield ("threads", tid, "prompt", i, m.role), m
+        if th.summarize is not None:
+            for i, m in enumerate(th.summarize.prompt):
+                yield ("threads", tid, "summarize", "prompt", i, m.role), m
     for nid, n in nodes.items():
         for path, m in n.messages():
             yield ("nodes", nid, *path), m
@@ -330,27 +351,27 @@ def _source_path(loc: Located, path: tuple, text: str) -> tuple:
 
 def _inline(loc: Located, path: tuple, text: str) -> TemplateSource:
     path = _source_path(loc, path, text)
-    span = loc.span(path) or Span(loc.file, 1, 1)
+    span = loc.span(path) or Span(loc.file, 1, 1)  # an included value's span names its own file
     if path in loc.block_paths:
         return TemplateSource(
             text,
-            loc.file,
+            span.file,
             span.line + 1,
-            _block_indent(loc, span.line, len(text.splitlines())) + 1,
+            _block_indent(span.file, span.line, len(text.splitlines())) + 1,
             inline=True,
             block=True,
         )
     quoted = 1 if loc.spans.get(path) and _is_quoted(loc, path) else 0
-    return TemplateSource(text, loc.file, span.line, span.col + quoted, inline=True)
+    return TemplateSource(text, span.file, span.line, span.col + quoted, inline=True)
 
 
-def _block_indent(loc: Located, indicator_line: int, n_lines: int) -> int:
+def _block_indent(file: str, indicator_line: int, n_lines: int) -> int:
     """Indentation of a block scalar: the least of its non-blank lines after the | or > line
     (the first line decides, unless an explicit indentation indicator lets it be deeper)."""
     cache = SourceCache()
     indents = []
     for line in range(indicator_line + 1, indicator_line + 1 + max(n_lines, 1)):
-        text = cache.line(loc.file, line)
+        text = cache.line(file, line)
         if text is None:
             break
         if text.strip():
@@ -362,7 +383,7 @@ def _is_quoted(loc: Located, path: tuple) -> bool:
     from .diagnostics import SourceCache  # local: rendering helper reused for one char lookup
 
     span = loc.spans[path]
-    line = SourceCache().line(loc.file, span.line) or ""
+    line = SourceCache().line(span.file, span.line) or ""
     return line[span.col - 1 : span.col] in ("'", '"')
 
 
@@ -449,6 +470,10 @@ def _sites(g: Graph) -> Iterator[Site]:
             yield site(("threads", tid, "prompt", i, m.role), m.content, "template", None)
         if th.tools:
             yield site(("threads", tid, "tools"), th.tools, "template", None)
+        if th.summarize is not None:
+            for i, m in enumerate(th.summarize.prompt):
+                yield site(("threads", tid, "summarize", "prompt", i, m.role), m.content, "template", None)
+            yield site(("threads", tid, "summarize", "content"), th.summarize.content, "template", None)
     for nid, n in g.nodes.items():
         base = ("nodes", nid)
         if n.foreach:

@@ -133,6 +133,30 @@ class EnvironmentDecl(_Base):
     timeout: float = Field(30.0, gt=0, description="seconds allowed for each of make+reset, step, reward and close")
 
 
+class Summarize(_Base):
+    """How a thread over its budget is summarised (`on_overflow: summarize`): one LLM call writes a
+    summary of the older messages, which replaces them; the newest `keep_last` stay verbatim."""
+
+    llm: str = Field(POLICY, description="the model that writes the summary (the policy or a declared frozen model)")
+    prompt: list[Message] = Field(
+        min_length=1,
+        description="the summary call's messages; besides the usual names they see `dropped`, the "
+        "messages being replaced (a list of {role, content})",
+    )
+    keep_last: int = Field(2, ge=1, description="the newest messages kept verbatim after the summary")
+    role: Literal["user", "system", "assistant"] = Field(
+        "user", description="role of the summary message in the thread"
+    )
+    content: str = Field(
+        "{{ summary }}", description="template of the summary message; `summary` is the summary call's text"
+    )
+    max_tokens: int = Field(512, ge=1, description="max new tokens of the summary call")
+    train: bool = Field(
+        False,
+        description="the summary call is a training sample of its own (mask 1 on its output); only with llm: policy",
+    )
+
+
 class Thread(_Base):
     """An append-only conversation: its opening messages and optional tool schemas."""
 
@@ -146,6 +170,12 @@ class Thread(_Base):
         description="token budget of the thread: before a call that would send more, the oldest messages "
         "after the opening ones are dropped (a new training sample starts from the shortened conversation)",
     )
+    on_overflow: Literal["truncate", "summarize"] = Field(
+        "truncate",
+        description="past max_tokens: drop the oldest messages (truncate), or replace them with an LLM-written "
+        "summary (summarize: see summarize:); either way a new training sample starts",
+    )
+    summarize: Summarize | None = Field(None, description="the summary call, for on_overflow: summarize")
     on_drift: Literal["new_sample", "fail"] = Field(
         "fail",
         description="when re-rendering the thread does not reproduce the ids already sent (a chat template "
@@ -237,6 +267,11 @@ class GraphSpec(_Base):
         False,
         description="allow prompt files outside the templates directory "
         "(by default a path or symlink leading out of it is an error)",
+    )
+    include: str | list[str] | None = Field(
+        None,
+        description="YAML files (relative to this file) whose sections (constants, models, inputs, state, "
+        "threads, nodes, reward, environment, limits) merge into this graph when it is loaded",
     )
     constants: dict[str, Any] = Field(
         default_factory=dict,

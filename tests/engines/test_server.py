@@ -245,6 +245,9 @@ def test_stop_token_finish_reason():
         ({"input_ids": [1], "rid": 5}, "rid"),
         ({"input_ids": [1], "image_data": "x.png"}, "image_data"),
         ({"input_ids": [1], "top_logprobs_num": 5}, "top_logprobs_num"),
+        ({"input_ids": [1, 2], "return_logprob": True, "logprob_start_len": 2}, "smaller than the prompt length"),
+        ({"input_ids": [1, 2], "return_logprob": True, "logprob_start_len": "0"}, "logprob_start_len"),
+        ({"input_ids": [1, 2], "return_logprob": True, "logprob_start_len": 0}, "not supported by this engine"),
     ],
 )
 def test_bad_requests_are_400_with_json_error(body, fragment):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
+import aiohttp
 import pytest
 
 pytest.importorskip("torch")
@@ -122,3 +123,43 @@ def test_text_request_and_bad_token_id_are_handled(tiny):
     assert s1 == 200 and ok["meta_info"]["prompt_tokens"] == len(tokenizer.encode("Hi"))
     assert len(ok["meta_info"]["output_token_logprobs"]) == len(ok["output_ids"])
     assert s2 == 400 and "out of range" in bad["error"]["message"]
+
+
+def test_prompt_logprobs_score_what_the_engine_sampled(tiny):
+    """logprob_start_len over HTTP: SGLang's input_token_logprobs layout, and a sequence scored by the
+    client's token_logprobs gets the log-probs the engine reported when it sampled those tokens
+    (one forward pass instead of incremental decoding: equal up to float rounding)."""
+
+    async def main():
+        engine, tokenizer = make_engine(tiny)
+        prompt = tokenizer.encode("<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n")
+        sp = {"max_new_tokens": 8, "temperature": 0.8, "sampling_seed": 5, "ignore_eos": True}
+        gen = await engine.generate(prompt, sp)
+        ids = prompt + list(gen.output_ids)
+        app = make_app(engine, tokenizer, model_path="tiny")
+        async with serving(app) as url:
+            client = SGLangEngine(url)
+            scored = await client.token_logprobs(ids, len(prompt), {"temperature": 0.8})
+            whole = await client.token_logprobs(ids, 1, {"temperature": 0.8})
+            async with aiohttp.ClientSession() as http:
+                body = {
+                    "input_ids": ids,
+                    "sampling_params": {"max_new_tokens": 0, "temperature": 0.8},
+                    "return_logprob": True,
+                }
+                async with http.post(url + "/generate", json={**body, "logprob_start_len": 0}) as r:
+                    zero = (await r.json())["meta_info"]
+                async with http.post(url + "/generate", json={**body, "logprob_start_len": 3}) as r:
+                    three = (await r.json())["meta_info"]
+            await client.close()
+        await engine.close()
+        return ids, gen, scored, whole, zero, three
+
+    ids, gen, scored, whole, zero, three = asyncio.run(main())
+    assert len(gen.output_ids) == 8 and len(scored) == 8
+    assert scored == pytest.approx(gen.logprobs, abs=1e-4)
+    assert whole[-8:] == scored and len(whole) == len(ids) - 1
+    assert zero["output_token_logprobs"] == [] and zero["completion_tokens"] == 0
+    assert [e[1] for e in zero["input_token_logprobs"]] == ids and zero["input_token_logprobs"][0][0] is None
+    assert [e[0] for e in zero["input_token_logprobs"][1:]] == list(whole)
+    assert [e[1] for e in three["input_token_logprobs"]] == ids[4:]  # SGLang's rule: from token k + 1

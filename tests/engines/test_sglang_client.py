@@ -465,3 +465,56 @@ def test_bad_constructor_arguments():
         SGLangEngine("x", max_retries=-1)
     with pytest.raises(ValueError):
         SGLangEngine("x", timeout_s=0)
+
+
+def _scoring_server(entries):
+    async def answer(request: web.Request, body: dict) -> web.StreamResponse:
+        meta = {"finish_reason": {"type": "length", "length": 0}, "completion_tokens": 0}
+        meta.update(output_token_logprobs=[], input_token_logprobs=entries)
+        return web.json_response({"text": "", "output_ids": [], "meta_info": meta})
+
+    return FakeSGLangServerForTests(answer)
+
+
+def test_token_logprobs_request_and_alignment():
+    """A teacher scoring ids[start:]: max_new_tokens 0 and logprob_start_len start - 1; SGLang's reply
+    covers tokens start.. (its rule skips token start - 1), and the ids of the entries are checked."""
+
+    async def main():
+        fake = _scoring_server([[-0.1, 13, None], [-0.2, 14, None]])
+        async with fake.running() as url:
+            engine = SGLangEngine(url)
+            got = await engine.token_logprobs([10, 11, 12, 13, 14], 3, {"temperature": 0.7}, session_id="s")
+            await engine.close()
+        return fake, got
+
+    fake, got = run(main())
+    (_, headers, body) = fake.requests[0]
+    assert body["input_ids"] == [10, 11, 12, 13, 14]
+    assert body["sampling_params"] == {"temperature": 0.7, "max_new_tokens": 0}
+    assert body["return_logprob"] is True and body["logprob_start_len"] == 2
+    assert headers["X-SMG-Routing-Key"] == "s"
+    assert got == (-0.1, -0.2)
+
+
+@pytest.mark.parametrize(
+    "entries, fragment",
+    [
+        ([[-0.1, 99, None], [-0.2, 14, None]], "ids differ"),  # not the tokens sent
+        ([[-0.2, 14, None]], "input_token_logprobs for 2"),  # too few
+        (None, "input_token_logprobs for 2"),  # a server that ignores logprob_start_len
+        ([[None, 13, None], [-0.2, 14, None]], "malformed"),
+        ([["-0.1", 13, None], [-0.2, 14, None]], "malformed"),
+    ],
+)
+def test_token_logprobs_never_guess(entries, fragment):
+    async def main():
+        async with _scoring_server(entries).running() as url:
+            engine = SGLangEngine(url)
+            try:
+                with pytest.raises(EngineError, match=fragment):
+                    await engine.token_logprobs([10, 11, 12, 13, 14], 3, {})
+            finally:
+                await engine.close()
+
+    run(main())

@@ -331,3 +331,18 @@ def test_reward_argument_typo_in_user_function_has_did_you_mean(tmp_path):
     )
     p = graphrl("check", str(g))
     assert p.returncode == 3 and "E304" in p.stderr and "did you mean 'prediction'" in p.stderr
+
+
+def test_branch_report_reads_sub_graphs_forks_and_foreach_items_as_one_step():
+    """A child's nodes, a fork's branches and a foreach's items are not branches of the graph."""
+    from graphrl.app.branches import branch_report, routing_transitions
+    from graphrl.compilers.lower import plan_from_path
+
+    plan, _ = plan_from_path(str(REPO / "graphs" / "examples" / "solvers.yaml"))
+    path = ("solve", "solve/draft", "solve/refine", "solve", "solve/draft", "solve/refine")
+    path += ("fork", "critic", "guess", "pick")
+    transitions = routing_transitions(plan, {(path, "end"): 2})
+    assert dict(transitions) == {("solve", "fork"): 2, ("fork", "pick"): 2, ("pick", "end"): 2}
+    text = branch_report(plan, transitions, {"solve": 4, "fork": 2, "critic": 2, "guess": 2, "pick": 2})
+    assert "critic (llm)" not in text and "solve (graph)" not in text
+    assert "graph 1/1 nodes, parallel 1/1 nodes, llm 3/3 nodes" in text

@@ -31,7 +31,7 @@ nodes:
     prompt: "Final: {{ revise.text }}"
 reward:
   fn: exact_match
-  args: {prediction: "{{ final.text | default('') }}", label: "{{ answer }}"}
+  args: {prediction: "{{ final.text if final is defined else draft.text }}", label: "{{ answer }}"}
   credit: CREDIT
   node_rewards: MODE
 """
@@ -55,6 +55,7 @@ def test_own_mode(kit):
 
 def test_output_reward_routes(kit):
     res = _run(kit, ["4"])
+    assert res.status == "completed", res.error
     assert [n for n, _ in res.path] == ["draft"] and res.samples[0].reward == 1.0
 
 
@@ -83,3 +84,16 @@ def test_a_failing_node_reward_fails_the_rollout_located(kit):
     res = kit.rollout(text, {"policy": kit.engine(["5"])}, {"prompt": "2+2?", "label": "4"})
     assert res.status == "failed"
     assert "g.yaml:" in res.error and "reward of 'draft': RuntimeError: scorer down" in res.error
+
+
+def test_a_failed_rollout_keeps_no_node_reward(kit):
+    """A rollout that fails after a node reward was given: like its other samples, the scored one
+    carries no reward (a failed rollout is rewarded nothing), and slime's outcome writes 0, removed."""
+    text = GRAPH.replace("CREDIT", "even").replace("MODE", "own")
+    text = text.replace('prompt: "Final: {{ revise.text }}"', 'prompt: "Final: {{ revise.text.nope() }}"')
+    res = kit.rollout(text, {"policy": kit.engine(["5", "4"])}, {"prompt": "2+2?", "label": "4"})
+    assert res.status == "failed", res.error
+    assert [n for n, _ in res.path] == ["draft", "revise", "final"]
+    assert len(res.samples) == 2 and [s.reward for s in res.samples] == [None, None]
+    plan, _ = plan_from_path(kit.dir / "g.yaml")
+    assert [(o.reward, o.remove) for o in settle(plan, res).samples] == [(0.0, True), (0.0, True)]

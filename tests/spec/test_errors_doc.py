@@ -76,6 +76,8 @@ def test_the_example_produces_its_code(code, tmp_path):
     f.write_text(example, encoding="utf-8")
     # examples that name a template file (W406's chat template) find the invalid corpus's prompts
     shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "invalid" / "prompts", tmp_path / "prompts")
+    # and the sub-graph examples (E312-E315) its sub-graph files
+    shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "invalid" / "subgraphs", tmp_path / "subgraphs")
     _, diags = check_file(f)
     assert code in {d.code for d in diags}, [d.render() for d in diags]
     others = {d.code for d in diags if d.severity == "error"} - {code}

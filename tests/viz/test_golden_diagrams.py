@@ -22,7 +22,7 @@ from graphrl.viz.textgraph import to_dot, to_mermaid, to_text
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).parent / "golden"
-GRAPHS = sorted((REPO / "graphs").glob("*.yaml"))
+GRAPHS = sorted((REPO / "graphs").glob("*.yaml")) + [REPO / "graphs" / "examples" / "solvers.yaml"]
 UPDATE = os.environ.get("GRAPHRL_UPDATE_GOLDEN") == "1"
 RENDERERS = {"svg": render_svg, "dot": to_dot, "mmd": to_mermaid, "txt": to_text}
 

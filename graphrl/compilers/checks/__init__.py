@@ -2,6 +2,7 @@
 
 Input: a graph file path (or a loaded `Graph`). Output: a sorted, de-duplicated list of diagnostics.
 Each check is a pure function `(Graph, Flow) -> Iterable[Diagnostic]`; `CHECKS` is their tuple.
+`composition.check_subgraphs` then runs them on each `graph` node's child file, recursively.
 Invariant: a check never raises for bad input; a bug in a check is reported as such, not hidden.
 """
 
@@ -14,7 +15,7 @@ from ...spec.diagnostics import Diagnostic, sort_diagnostics
 from ...spec.load import Graph, load_graph
 from ..flow import build_flow
 from ..targets import TARGETS, Target, sections
-from . import chat, graph, refs, templates, training
+from . import chat, composition, graph, refs, templates, threads, training
 
 CHECKS = (
     graph.unknown_targets,
@@ -25,6 +26,7 @@ CHECKS = (
     graph.names,
     graph.foreach_over_text,
     graph.parallel_threads,
+    composition.check_forks,
     refs.check_models,
     refs.check_threads,
     refs.check_state_writes,
@@ -33,6 +35,7 @@ CHECKS = (
     refs.check_rewards,
     refs.check_node_rewards,
     templates.check_templates,
+    threads.thread_policies,
     chat.chat_templates,
     chat.completion_mode,
     training.trained_frozen,
@@ -47,6 +50,7 @@ def run_checks(g: Graph, targets: Sequence[Target] = TARGETS) -> list[Diagnostic
     out: list[Diagnostic] = []
     for check in CHECKS:
         out.extend(check(g, flow))
+    out.extend(composition.check_subgraphs(g, CHECKS))  # each child file with the same checks
     for t in targets:
         out.extend(t.check(g, flow, g.targets.get(t.name) or t.settings()))
     return sort_diagnostics(out)

@@ -11,6 +11,7 @@ where the node has run (update, next, append_to); in `inputs.*.from` only the ro
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import networkx as nx
@@ -22,6 +23,7 @@ from ...spec.diagnostics import Diagnostic, did_you_mean
 from ...spec.jinja import attribute_refs, make_env, parse_expression, parse_template, unsafe_refs
 from ...spec.load import Graph, Site
 from ...spec.model import LLMNode, ToolNode
+from ...spec.nodes import GraphNode, ParallelNode
 from ..flow import Flow
 
 GLOBALS = frozenset({"row", "visits", "threads", "thread_tokens"})
@@ -39,6 +41,10 @@ def result_fields(node) -> frozenset[str] | None:
             return base
         extra = node.parse.produced_fields()
         return None if extra is None else base | extra
+    if isinstance(node, ParallelNode):  # a branch fault caught by the fork's on_error: text "", ok false, error
+        return frozenset({"branches", "ok", "text", "error"})
+    if isinstance(node, GraphNode):
+        return None  # the child's state variables, plus text / ok / status (not checked here)
     if isinstance(node, ToolNode):
         return TOOL_RESULT | frozenset(TOOL_FIELDS.get(node.tool, ())) if ":" not in node.tool else None
     return frozenset()
@@ -52,6 +58,8 @@ def _bound(g: Graph, flow: Flow, site: Site, env_globals: frozenset[str]) -> set
         return names
     if g.spec.environment is not None:
         names.add("env")  # what the environment's reset() returned
+    if site.path[:1] == ("threads",) and site.path[2:3] == ("summarize",):  # the summary call's own names
+        names.add("dropped" if site.path[3] == "prompt" else "summary")
     nid = site.node
     if nid is None:  # reward: every node may have run, and the rollout's usage is known
         return names | set(g.nodes) | {"usage"}
@@ -66,7 +74,22 @@ def _bound(g: Graph, flow: Flow, site: Site, env_globals: frozenset[str]) -> set
         names |= {node.foreach.as_, "loop"}
     if site.path[2] in AFTER_RUN:
         names |= {"output", nid}
+        if isinstance(node, ParallelNode):  # a fork's update / next run after its branches
+            names |= set(node.parallel) & set(g.nodes)
+    else:  # branches of one fork run at the same time: before it runs, a branch sees no sibling's result
+        names -= set(siblings(g, nid))  # (in a loop a sibling is an ancestor: it would be bound from then on)
     return names
+
+
+def siblings(g: Graph, nid: str) -> dict[str, str]:
+    """The other branches of every fork that runs `nid` as a branch -> that fork's id."""
+    return {
+        b: fid
+        for fid, f in g.nodes.items()
+        if isinstance(f, ParallelNode) and nid in f.parallel
+        for b in f.parallel
+        if b != nid
+    }
 
 
 def _on_cycle(flow: Flow, nid: str) -> bool:
@@ -90,14 +113,21 @@ def check_templates(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
                 code,
                 f"{what} syntax error: {exc.message}",
                 site.source.span(exc.lineno or 1),
-                "Jinja syntax: {{ expr }}, {% if %}...{% endif %}"
+                _syntax_hint(site.source.text)
                 if site.kind == "template"
                 else "an expression is Jinja without braces, e.g. verifier.conclusion == 'STOP'",
             )
             continue
         bound = _bound(g, flow, site, env_globals)
+        forks = siblings(g, site.node) if site.node is not None else {}
         for name in sorted(parsed.free - bound):
-            if name in g.nodes:
+            if name in forks:
+                msg = (
+                    f"'{name}' is another branch of fork '{forks[name]}': branches run at the same time and "
+                    "do not see each other's results"
+                )
+                hint = f"read '{name}' in the fork's update or next, or in a node after the fork"
+            elif name in g.nodes:
                 msg = (
                     f"'{name}' is a node that has not run yet here"
                     if name != site.node
@@ -108,7 +138,10 @@ def check_templates(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
                 msg, hint = "'output' exists only after the node runs", "use it in update, next or append_to"
             elif name == "env" and g.spec.environment is None:
                 msg = "'env' is what an environment's reset() returned, and this graph has no environment:"
-                hint = "declare environment: {class: module:Class} (reset() gives env)"
+                hint = (
+                    "declare environment: {class: module:Class} (reset() gives env); in a sub-graph, pass what "
+                    "it needs from the parent's env through the graph node's inputs:"
+                )
             else:
                 msg = f"'{name}' is not bound by any input, state variable or upstream node"
                 hint = did_you_mean(name, bound) or "declare it under inputs: or state:"
@@ -121,6 +154,12 @@ def check_templates(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
                 site.source.span(line, what.strip(".|[]'\"")),
                 "templates read values only; to run code, call a module:function tool, parser or reward",
             )
+
+
+def _syntax_hint(text: str) -> str:
+    if re.search(r"\{\{[^}]*\$[A-Za-z_]", text):  # {{ $NAME }}: the $-form is for whole values only
+        return "inside a template write a constant by its name, {{ NAME }}; $NAME replaces whole values only"
+    return "Jinja syntax: {{ expr }}, {% if %}...{% endif %}"
 
 
 def _line_of(ast, name: str) -> int:

@@ -31,7 +31,8 @@ def trained_frozen(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
 
 
 def no_trained(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
-    if not any(isinstance(n, LLMNode) and n.trained and n.sample_mode != "none" for n in g.nodes.values()):
+    trains = any(isinstance(n, LLMNode) and n.trained and n.sample_mode != "none" for n in g.nodes.values())
+    if not trains and not any(n.kind == "graph" for n in g.nodes.values()):  # a sub-graph's calls may train
         yield Diagnostic(
             "W402",
             "no node is trained: rollouts of this graph give no training signal",

@@ -24,7 +24,8 @@ Invariants:
 - a graph that routed to `abort` is FAILED for slime (terminal), not ABORTED (slime's "retry");
 - `--rollout-max-context-len` bounds every trained call (the executor's `max_context_tokens`);
   multimodal inputs are refused, never dropped;
-- `log_rollout` / `log_eval_rollout` (slime's rollout-log hooks) add per-node metrics (metrics.py).
+- `log_rollout` / `log_eval_rollout` (slime's rollout-log hooks) add per-node metrics (metrics.py);
+- a graph with `slime.teacher` gets `teacher_log_probs` on every training sample (teacher.py).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from ._tokenizer import load_tokenizer
 from .config import SlimeConfig, SlimeConfigError, from_args, module_name
 from .metrics import eval_node_metrics, node_metrics
 from .rewards import post_process
+from .teacher import TeacherLogProbs, check_teacher_vocab, score_rollout, zeros
 
 # sampling params slime sends that apply to every graph call (the graph owns stops and lengths)
 _SHARED_SAMPLING = (
@@ -134,6 +136,7 @@ class SlimeTarget:
         if self._wired is not None and self._wired.cfg == cfg:
             return self._wired
         load = self._tokenizer_loader or load_tokenizer
+        check_teacher_vocab(cfg, load)  # a teacher with its own tokenizer: the policy's vocabulary, or refused
         renderer = ChatRenderer(load(cfg.hf_checkpoint), vocab_size=embedding_rows(cfg.hf_checkpoint))
         renderers = {
             name: ChatRenderer(load(tok), vocab_size=embedding_rows(tok)) for name, tok in cfg.tokenizers.items()
@@ -194,10 +197,28 @@ class SlimeTarget:
             ),
             abort=self._abort,
         )
-        return self._to_slime(args, sample, pristine, res, wired, evaluation)
+        teacher, lps = wired.cfg.teacher, None
+        if teacher is not None and not evaluation:  # on-policy distillation (teacher.py)
+            res, lps = await score_rollout(
+                plan,
+                res,
+                teacher=teacher,
+                engine=wired.endpoints.engine(teacher),
+                semaphore=wired.endpoints.semaphore(teacher),
+                temperature=float(sampling.get("temperature", 1.0)),
+                session_id=session,
+            )
+        return self._to_slime(args, sample, pristine, res, wired, evaluation, lps)
 
     def _to_slime(
-        self, args: Any, sample: Any, pristine: Any, res: RolloutResult, wired: _Wired, evaluation: bool
+        self,
+        args: Any,
+        sample: Any,
+        pristine: Any,
+        res: RolloutResult,
+        wired: _Wired,
+        evaluation: bool,
+        teacher_lps: TeacherLogProbs | None = None,
     ) -> Any:
         """Write the settled outcome (graphrl.runtime.outcome) into slime's Sample fields."""
         plan = self.plan()
@@ -249,6 +270,8 @@ class SlimeTarget:
             s = so.sample
             target = sample if i == 0 else copy.deepcopy(pristine)
             fill.write_tokens(target, s, args)
+            if teacher_lps is not None:
+                target.teacher_log_probs = teacher_lps.get(id(s), zeros(len(s.response_ids)))
             written = self._reward_value(args, so.reward, evaluation)
             info = dict(
                 base,
@@ -279,6 +302,8 @@ class SlimeTarget:
         if outcome.placeholder is not None:
             pad = min(renderer.stop_token_ids) if renderer.stop_token_ids else 0
             fill.write_placeholder(sample, pad)
+            if teacher_lps is not None:
+                sample.teacher_log_probs = zeros(1)
             written = self._reward_value(args, outcome.placeholder.reward, evaluation)
             info = dict(
                 base,

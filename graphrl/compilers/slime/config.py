@@ -13,7 +13,9 @@ Invariants:
   slime's fully_async_rollout, a missing --custom-reward-post-process-path or --use-dynamic-batch-size; for every graph
   --apply-chat-template (the graph renders its own prompts), top-p replay (--rollout-top-p != 1) and
   MoE routing replay (graphrl does not forward the per-token data they need); on-policy distillation
-  with a teacher server (--use-opd --opd-type sglang) for a graph with a reward or a fan-out graph;
+  with a teacher server (--use-opd --opd-type sglang) for a graph with a reward or a fan-out graph,
+  unless the graph declares its teacher (`slime.teacher`: then those flags are required instead);
+- with --rollout-external-engine-addrs slime serves no graph model (serve:), so such a graph is refused;
 - a flag the namespace does not carry at all is not checked, and without a router / hf_checkpoint
   in `args` the graph's own policy `url:` / `tokenizer:` are used (a hand-made `args` outside
   slime, e.g. slime's plugin contract tests); inside slime, args always win.
@@ -28,6 +30,7 @@ from typing import Any
 
 from ...plan import Plan
 from ...spec.model import POLICY
+from .settings import settings_of
 
 _MISSING = object()
 
@@ -49,6 +52,7 @@ class SlimeConfig:
     fanout: bool
     source_dir: str | None = None  # the graph's directory (slime_args.yaml): user tools and rewards
     eval_max_context_len: int | None = None  # --eval-max-context-len (slime defaults it to the rollout's)
+    teacher: str | None = None  # slime.teacher: its log-probs fill teacher_log_probs (--use-opd --opd-type sglang)
 
 
 def module_name(plan: Plan) -> str:
@@ -131,24 +135,14 @@ def flag_problems(args: Any, plan: Plan) -> list[str]:
             "engine client does not forward: use --rollout-top-p 1 (set top_p per node in the graph "
             "only for untrained nodes)"
         )
-    if _set(args, "use_opd") and _flag(args, "opd_type") == "sglang":
-        opd = (
-            "--use-opd --opd-type sglang takes the teacher's log-probs from slime's on-policy-distillation "
-            "reward function (--custom-rm-path slime.rollout.on_policy_distillation.reward_func asks the "
-            "teacher server; its post-process reads them back from each sample's reward), "
+    out += _opd_problems(args, plan)
+    served = sorted(n for n, d in plan.models.items() if n != POLICY and d.serve is not None)
+    if served and _set(args, "rollout_external_engine_addrs"):
+        out.append(
+            f"graph '{plan.name}' asks slime to serve {', '.join(served)} (serve:), but with "
+            "--rollout-external-engine-addrs slime starts no engines and ignores --sglang-config: it routes "
+            "only to the external policy engines. Give those models url: (servers you run), or drop the flag"
         )
-        if plan.reward is not None:
-            out.append(
-                opd + f"but graph '{plan.name}' computes its own reward in generate, so slime never calls that "
-                "reward function and its post-process fails on a float: use --opd-type megatron "
-                "(--opd-teacher-load: teacher log-probs computed in training, the graph's reward kept), "
-                "or remove reward: from the graph"
-            )
-        elif plan.training.fanout:
-            out.append(
-                opd + f"and fan-out graph '{plan.name}' needs graphrl's post_process_rewards instead of "
-                "slime's: use --opd-type megatron"
-            )
     if _set(args, "multimodal_keys"):
         out.append(
             "--multimodal-keys gives samples images/videos, but a graph renders text prompts from the row "
@@ -166,6 +160,44 @@ def flag_problems(args: Any, plan: Plan) -> list[str]:
             "generate credits the graph's key; drop --reward-key or make them equal"
         )
     return out
+
+
+def _opd_problems(args: Any, plan: Plan) -> list[str]:
+    """On-policy distillation. With `slime.teacher` generate fills teacher_log_probs itself, so slime
+    must run --use-opd --opd-type sglang (megatron would compute them again from --opd-teacher-load).
+    Without it, --opd-type sglang means slime's own OPD reward function and post-process, which a
+    graph reward (generate fills the reward, so slime never calls its function) or fan-out breaks."""
+    teacher = settings_of(plan).teacher
+    use_opd, opd_type = _flag(args, "use_opd"), _flag(args, "opd_type")
+    if teacher is not None:  # flags the namespace does not carry are not checked (launch: only the extras)
+        if (use_opd is not _MISSING and not use_opd) or (opd_type is not _MISSING and opd_type != "sglang"):
+            now = "without --use-opd" if use_opd is not _MISSING and not use_opd else f"--opd-type {opd_type}"
+            return [
+                f"graph '{plan.name}' declares slime.teacher '{teacher}' (generate fills teacher_log_probs from it), "
+                f"but slime runs {now}: use --use-opd --opd-type sglang (graphrl compile's command has them), "
+                "or remove teacher: from the graph"
+            ]
+        return []
+    if not (use_opd is not _MISSING and use_opd and opd_type == "sglang"):
+        return []
+    opd = (
+        "--use-opd --opd-type sglang takes the teacher's log-probs from slime's on-policy-distillation "
+        "reward function (--custom-rm-path slime.rollout.on_policy_distillation.reward_func asks the "
+        "teacher server; its post-process reads them back from each sample's reward), "
+    )
+    if plan.reward is not None:
+        return [
+            opd + f"but graph '{plan.name}' computes its own reward in generate, so slime never calls that "
+            "reward function and its post-process fails on a float: declare the teacher in the graph "
+            "(slime: {teacher: MODEL}, the model under models:; generate then fills teacher_log_probs and "
+            "the graph's reward stays), use --opd-type megatron (--opd-teacher-load), or remove reward:"
+        ]
+    if plan.training.fanout:
+        return [
+            opd + f"and fan-out graph '{plan.name}' needs graphrl's post_process_rewards instead of "
+            "slime's: declare the teacher in the graph (slime: {teacher: MODEL}) or use --opd-type megatron"
+        ]
+    return []
 
 
 def _positive(value: Any) -> int | None:
@@ -224,4 +256,5 @@ def from_args(args: Any, plan: Plan) -> SlimeConfig:
         timeout_s=float(get("graphrl_request_timeout_s", 900.0) or 900.0),
         fanout=plan.training.fanout,
         source_dir=get("graphrl_source_dir"),
+        teacher=settings_of(plan).teacher,
     )

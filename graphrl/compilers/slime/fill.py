@@ -13,7 +13,8 @@ Two equivalent paths (tests pin that they agree field by field):
   speculative-decoding counters (the /generate meta_info), as slime's own multi-turn generate does;
 - otherwise the fields are assigned directly (weight versions appended, spec counters added to
   `spec_info` under --sglang-speculative-algorithm, as slime does).
-Invariants: len(loss_mask) == response_length == len(rollout_log_probs); prompt and response
+Invariants: len(loss_mask) == response_length == len(rollout_log_probs) (== len(teacher_log_probs)
+when set: on-policy distillation, teacher.py); prompt and response
 have >= 1 token each; nothing is decoded and re-encoded (`response` is a decoding for logs only).
 """
 
@@ -51,7 +52,12 @@ def _clear_response(sample: Any) -> None:
     sample.response_length = 0
     sample.loss_mask = None
     sample.rollout_log_probs = None
-    for name in ("rollout_top_p_token_ids", "rollout_top_p_token_offsets", "rollout_routed_experts"):
+    for name in (
+        "rollout_top_p_token_ids",
+        "rollout_top_p_token_offsets",
+        "rollout_routed_experts",
+        "teacher_log_probs",
+    ):
         if hasattr(sample, name):
             setattr(sample, name, None)
     if hasattr(sample, "weight_versions"):
@@ -181,8 +187,17 @@ def check_filled(samples: Sequence[Any]) -> None:
         n = x.response_length
         mask = x.loss_mask if x.loss_mask is not None else [1] * n
         lps = x.rollout_log_probs
-        if n < 1 or len(x.tokens) - n < 1 or len(mask) != n or lps is None or len(lps) != n:
+        teacher = getattr(x, "teacher_log_probs", None)
+        if (
+            n < 1
+            or len(x.tokens) - n < 1
+            or len(mask) != n
+            or lps is None
+            or len(lps) != n
+            or (teacher is not None and len(teacher) != n)
+        ):
             raise AssertionError(
                 f"graphrl produced a malformed sample: tokens {len(x.tokens)}, response_length {n}, "
-                f"loss_mask {len(mask)}, rollout_log_probs {None if lps is None else len(lps)}"
+                f"loss_mask {len(mask)}, rollout_log_probs {None if lps is None else len(lps)}, "
+                f"teacher_log_probs {None if teacher is None else len(teacher)}"
             )

@@ -17,6 +17,11 @@ class SlimeSettings(BaseModel):
     partial_rollout: bool = False
     group_rm: bool = False
     dynamic_sampling_filter: str | None = None
+    teacher: str | None = Field(
+        None,
+        description="on-policy distillation: a model declared under models: whose log-probs of each trained "
+        "sample's tokens fill slime's teacher_log_probs (adds --use-opd --opd-type sglang)",
+    )
     extra_args: list[str] = Field(default_factory=list)
 
 

@@ -1,6 +1,7 @@
 """slime as a compile target: its graph section (`slime:`), its static checks, its emit.
 
-Input: a checked `Graph` (checks) or a `Plan` (emit). Output: diagnostics (E403); the files of
+Input: a checked `Graph` (checks) or a `Plan` (emit). Output: diagnostics (E301 and E407 for
+`slime.teacher`, E403); the files of
 `emit.write_slime_target`. The runtime side is `graphrl.compilers.slime.adapter:SlimeTarget`,
 imported by the emitted module inside slime, never here.
 """
@@ -13,8 +14,9 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from ...plan import Plan
-from ...spec.diagnostics import Diagnostic
+from ...spec.diagnostics import Diagnostic, did_you_mean
 from ...spec.load import Graph
+from ...spec.model import POLICY
 from ..flow import Flow
 from ..layout import sample_layout
 from .emit import write_slime_target
@@ -27,8 +29,10 @@ class SlimeCompileTarget:
     runtime_adapter: str = "graphrl.compilers.slime.adapter:SlimeTarget"
 
     def check(self, g: Graph, flow: Flow, settings: BaseModel) -> Iterator[Diagnostic]:
-        """E403: slime settings that break a graph yielding several samples per rollout (fan-out)."""
+        """E301 / E407: `teacher` names no declared model / the policy; E403: slime settings that break
+        a graph yielding several samples per rollout (fan-out)."""
         assert isinstance(settings, SlimeSettings)
+        yield from _check_teacher(g, settings.teacher)
         layout = sample_layout(g, flow)
         if not layout.fanout:
             return
@@ -54,6 +58,27 @@ class SlimeCompileTarget:
 
     def emit(self, plan: Plan, out_dir: Path) -> list[Path]:
         return write_slime_target(plan, out_dir)
+
+
+def _check_teacher(g: Graph, teacher: str | None) -> Iterator[Diagnostic]:
+    if teacher is None:
+        return
+    frozen = set(g.spec.models) - {POLICY}
+    if teacher == POLICY:
+        yield Diagnostic(
+            "E407",
+            "slime.teacher is the policy: on-policy distillation needs another model's log-probs "
+            "(the trained model scored by itself gives no signal)",
+            g.span("slime", "teacher"),
+            "declare the teacher under models: (url: or serve:) and name it here",
+        )
+    elif teacher not in frozen:
+        yield Diagnostic(
+            "E301",
+            f"teacher model '{teacher}' is not declared",
+            g.span("slime", "teacher"),
+            did_you_mean(teacher, frozen) or "declare it under models: with a url: or serve:",
+        )
 
 
 SLIME = SlimeCompileTarget()

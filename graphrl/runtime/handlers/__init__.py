@@ -7,13 +7,15 @@ the next node. Every kind of `graphrl.spec.nodes.KINDS` has an entry (a test che
 
 from __future__ import annotations
 
-from . import llm, switch, tool, update
+from . import graph, llm, parallel, switch, tool, update
 from .base import Handler
 
 HANDLERS: dict[str, Handler] = {
     "llm": llm.HANDLER,
     "tool": tool.HANDLER,
     "switch": switch.HANDLER,
+    "graph": graph.HANDLER,
+    "parallel": parallel.HANDLER,
     "update": update.HANDLER,
 }
 

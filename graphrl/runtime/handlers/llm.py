@@ -20,6 +20,7 @@ from ..rollout import RolloutFault, RolloutState, StepServices
 from ..scope import NodeResult, RenderError
 from ..services import UnknownModel
 from .base import Handler
+from .thread_summary import summarize_thread
 
 
 def sampling_params(
@@ -113,8 +114,13 @@ async def run_llm(
                 msgs = ex.messages(("nodes", nid, "prompt"), node.prompt, ctx)
                 thread.add_messages(_bounded(ex, nid, msgs, bound))
             decl = ex.plan.threads[node.thread]
+            summarize = decl.on_overflow == "summarize"
+            budget = None if summarize else decl.max_tokens  # truncation: done by the thread itself
+            overflow = decl.max_tokens if summarize else None  # a summary: an LLM call, made here
             try:
-                ids = thread.prepare(decl.on_drift, node=nid, visit=visit, budget=decl.max_tokens)
+                ids = thread.prepare(decl.on_drift, node=nid, visit=visit, budget=budget, overflow=overflow)
+                if overflow is not None and len(ids) > overflow:
+                    ids = await summarize_thread(ex, r, node.thread, thread, nid, visit, ctx)
             except ContextBudgetError as exc:
                 raise RolloutFault(
                     f"{ex.plan.span('threads', node.thread, 'max_tokens')}: thread '{node.thread}' at '{nid}' "

@@ -17,16 +17,20 @@ from typing import TYPE_CHECKING, Annotated, Any, Union
 from pydantic import Discriminator, Tag
 
 from .base import AppendTo, FlowNode, Foreach, NodeBase
+from .graph import GraphNode
 from .llm import LLMNode
+from .parallel import ParallelNode
 from .switch import SwitchNode, case_key
 from .tool import ToolNode
 from .update import UpdateNode
 
-KINDS: tuple[type[NodeBase], ...] = (LLMNode, ToolNode, SwitchNode, UpdateNode)
+KINDS: tuple[type[NodeBase], ...] = (LLMNode, ToolNode, SwitchNode, GraphNode, ParallelNode, UpdateNode)
 NODE_KINDS: dict[str, type[NodeBase]] = {k.model_fields["kind"].default: k for k in KINDS}
 SELECTORS: tuple[str, ...] = tuple(k.selector for k in KINDS if k.selector)
 
-Node = Union[LLMNode, ToolNode, SwitchNode, UpdateNode]  # the closed union, for type annotations
+Node = Union[
+    LLMNode, ToolNode, SwitchNode, GraphNode, ParallelNode, UpdateNode
+]  # the closed union, for type annotations
 
 
 def node_kind(raw: dict[str, Any]) -> type[NodeBase] | None:
@@ -69,9 +73,11 @@ __all__ = [
     "AppendTo",
     "FlowNode",
     "Foreach",
+    "GraphNode",
     "LLMNode",
     "Node",
     "NodeBase",
+    "ParallelNode",
     "PlanNode",
     "SwitchNode",
     "ToolNode",

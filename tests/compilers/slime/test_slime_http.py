@@ -15,6 +15,7 @@ import math
 import aiohttp
 import pytest
 from slime_standin import ArgsStandIn, SampleStandIn
+from slime_testkit import GRAPHS
 
 from graphrl.compilers.slime.adapter import SlimeTarget
 from graphrl.engines.sglang import SGLangEngine
@@ -209,3 +210,66 @@ def test_generate_from_several_event_loops_leaks_no_http_session(slime_kit, tiny
             assert s.response_length >= 1
     assert len(made) == 4  # 20 rollouts from 4 loops: one session per loop
     assert all(s.closed for s in made)
+
+
+def test_teacher_log_probs_over_http_equal_the_servers_own(slime_kit, tiny_server, tiny_checkpoint):
+    """On-policy distillation with the teacher at the same server as the policy (teacher == policy
+    model): every response token's teacher log-prob equals the log-prob the server reported when it
+    sampled that token, and the whole slice equals what slime's own OPD request (logprob_start_len 0,
+    input_token_logprobs[1:][-response_length:]) gets for the sample's ids."""
+    src = slime_kit.tmp / "distill_http.yaml"
+    src.write_text((GRAPHS / "distill.yaml").read_text().replace("http://127.0.0.1:39998", tiny_server))
+    out = slime_kit.compile(src, out="distill_http")
+    recorders: dict = {}
+
+    def factory(name, url, cfg):
+        if name == "teacher":
+            return SGLangEngine(url, timeout_s=cfg.timeout_s)  # the graph's url: the same tiny server
+        return recorders.setdefault(name, RecordingEngineForTests(SGLangEngine(url, timeout_s=cfg.timeout_s)))
+
+    target = SlimeTarget(out / "plan.json", engine_factory=factory)
+    args = _args(tiny_server, tiny_checkpoint, use_opd=True, opd_type="sglang")
+    sampling = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "skip_special_tokens": False, "no_stop_trim": True}
+
+    async def main():
+        try:
+            got = [
+                # the prompts and seeds of the multiturn test above: the same graph, the same rollouts
+                await target.generate(
+                    args, SampleStandIn(prompt=f"Question {i}?", label="x", index=i), dict(sampling, sampling_seed=i)
+                )
+                for i in range(2)
+            ]
+            slimes = []
+            async with aiohttp.ClientSession() as http:
+                for s in got:  # slime's on_policy_distillation.reward_func payload, sent by hand
+                    body = {
+                        "input_ids": s.tokens,
+                        "sampling_params": {"temperature": 1.0, "max_new_tokens": 0, "skip_special_tokens": False},
+                        "return_logprob": True,
+                        "logprob_start_len": 0,
+                    }
+                    async with http.post(tiny_server + "/generate", json=body) as r:
+                        entries = (await r.json())["meta_info"]["input_token_logprobs"]
+                    slimes.append([e[0] for e in entries[1:]][-s.response_length :])
+            return got, slimes
+        finally:
+            await target.close()
+
+    got, slimes = asyncio.run(main())
+    replies = {(inp, out): lps for inp, out, lps in recorders["policy"].calls}
+    for s, slime_slice in zip(got, slimes):
+        assert s.status.value in ("completed", "truncated") and not s.remove_sample  # trained, so scored
+        n = s.response_length
+        assert len(s.teacher_log_probs) == n
+        assert s.teacher_log_probs == pytest.approx(slime_slice, abs=1e-6)  # slime's own request and slice
+        prompt_len = len(s.tokens) - n
+        generated = 0
+        for sp in s.metadata["graphrl"]["spans"]:
+            if sp["kind"] != "generated":
+                continue
+            lo, hi = prompt_len + sp["start"], prompt_len + sp["end"]
+            reply = replies[(tuple(s.tokens[:lo]), tuple(s.tokens[lo:hi]))]
+            assert s.teacher_log_probs[sp["start"] : sp["end"]] == pytest.approx(list(reply), abs=1e-4)
+            generated += hi - lo
+        assert generated >= 3  # three policy turns were compared, trained and untrained

@@ -392,3 +392,33 @@ def test_two_node_commands_parse_with_slimes_own_parser(env, monkeypatch):
     assert (args.actor_num_nodes, args.actor_num_gpus_per_node, args.rollout_num_gpus) == (2, 8, 4)
     assert args.colocate is False and args.custom_generate_function_path == "graphrl_memagent.generate"
     assert args.custom_rollout_log_function_path == "graphrl_memagent.log_rollout"
+
+
+def test_a_graph_teacher_turns_opd_on_and_refuses_another_opd_type(env, monkeypatch):
+    """A graph with slime.teacher: the command carries --use-opd --opd-type sglang (generate fills
+    teacher_log_probs); --opd-type megatron after `--` would replace them: exit 2. With slime importable,
+    its own parser reads the flags back."""
+    import argparse
+    import importlib.util
+
+    monkeypatch.chdir(REPO)
+    graph = "tests/compilers/slime/graphs/distill.yaml"
+    res = CliRunner().invoke(main, _argv(env, graph, "--dry-run", "--", "--opd-type", "megatron"))
+    assert res.exit_code == EXIT_USAGE and "slime.teacher 'teacher'" in res.stderr and "Traceback" not in res.stderr
+    res = CliRunner().invoke(main, _argv(env, graph, "--dry-run", "--address", "http://head:8265"))
+    assert res.exit_code == 0, res.output
+    (submit,) = [shlex.split(line) for line in res.stdout.splitlines() if not line.startswith("#")]
+    train = submit[submit.index("--") + 3 :]
+    at = train.index("--use-opd")
+    assert train[at : at + 3] == ["--use-opd", "--opd-type", "sglang"]
+    try:
+        found = importlib.util.find_spec("slime.utils") is not None
+    except ImportError:
+        found = False
+    if found:
+        from slime_testkit import import_stubbed
+
+        parser = argparse.ArgumentParser()
+        import_stubbed("slime.utils.arguments").get_slime_extra_args_provider()(parser)
+        args, _megatron = parser.parse_known_args(train)
+        assert (args.use_opd, args.opd_type, args.opd_teacher_load) == (True, "sglang", None)
