@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY      = $(VENV)/bin/python
 BIN     = $(VENV)/bin
 
-.PHONY: demo test lint setup browser sandbox docs-img bench bench-quick clean
+.PHONY: demo test lint setup browser sandbox docs-img bench bench-quick peers-deps clean
 
 setup: $(VENV)/.installed
 
@@ -33,14 +33,28 @@ lint: setup
 	$(BIN)/lint-imports --no-cache
 
 # Benchmarks (docs/performance.md): graphrl's compiled generate against hand-written slime generate
-# functions on a latency-simulating SGLang-protocol server. `bench` is the full run (about 30 minutes
-# on 2 cores), `bench-quick` the under-a-minute smoke run (its timings mean nothing).
-bench: setup
+# functions on a latency-simulating SGLang-protocol server (benchmarks.run), against slime's own
+# Search-R1 and ReTool examples (benchmarks.peers: imported from a THUDM/slime checkout named by
+# SLIME=DIR; without it those rows are skipped and the run says so), and the scale curve of every
+# bundled graph from 1 to 2,048 concurrent rollouts (benchmarks.scale). `bench` is the full run
+# (about 80 minutes on 2 cores: 26 + 30 with SLIME + 20), `bench-quick` the smoke run (its timings mean nothing).
+SLIME ?=
+bench: setup peers-deps
 	@mkdir -p build/bench
 	$(PY) -m benchmarks.run --json build/bench/results.json | tee build/bench/results.md
+	$(PY) -m benchmarks.peers $(if $(SLIME),--slime $(SLIME)) --json build/bench/peers.json | tee build/bench/peers.md
+	$(PY) -m benchmarks.scale --json build/bench/scale.json | tee build/bench/scale.md
 
-bench-quick: setup
+bench-quick: setup peers-deps
 	$(PY) -m benchmarks.run --quick
+	$(PY) -m benchmarks.peers --quick $(if $(SLIME),--slime $(SLIME))
+	$(PY) -m benchmarks.scale --quick
+
+# What slime's example code imports that graphrl does not (httpx, psutil): the `peers` extra.
+peers-deps: $(VENV)/.peers
+$(VENV)/.peers: $(VENV)/.installed
+	$(PY) -m pip install -q -e '.[peers]'
+	touch $@
 
 # Headless Chromium for the trajectory-viewer browser test (tests/viz/test_browser.py), from Debian.
 # Installed only when missing and only as root; otherwise that test skips and says why.

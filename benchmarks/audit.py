@@ -100,3 +100,22 @@ def request_stats(logs: Mapping[str, Mapping[str, list]]) -> dict[str, Any]:
     stats["work_digest"] = f"{work:08x}"
     stats["prompt_digest"] = f"{prompts:08x}"
     return stats
+
+
+def context_mismatches(rollouts: Mapping[str, Sequence[Any]], policy_log: Mapping[str, list]) -> dict[str, int]:
+    """For one-sample rollouts (a single growing response): policy calls whose prompt ids are not the
+    sample's tokens up to that length -- the model was shown other tokens than the ones training
+    conditions on (a conversation re-tokenised from text drifts here even when every sampled token
+    is trained verbatim)."""
+    from .sim.turns import digest
+
+    calls = bad = 0
+    for session, samples in rollouts.items():
+        if len(samples) != 1:
+            continue
+        tokens = list(samples[0].tokens)
+        for call in policy_log.get(session, []):
+            calls += 1
+            n = call[PROMPT]
+            bad += n > len(tokens) or digest(tokens[:n]) != call[DIGEST]
+    return {"context_calls": calls, "context_mismatches": bad}

@@ -15,6 +15,7 @@ Warm-up rollouts (other sessions) run first, untimed; then the server is reset (
 from __future__ import annotations
 
 import asyncio
+import copy
 import gc
 import importlib
 import importlib.util
@@ -30,9 +31,9 @@ from urllib.parse import urlparse
 import aiohttp
 import yaml
 
-from .audit import audit_samples, request_stats
+from .audit import audit_samples, context_mismatches, request_stats
 from .data import read_jsonl
-from .sample import Sample, as_list, samples_for
+from .sample import as_list, samples_for
 from .sim.text import EXPERT_MODELS
 from .tokclock import install
 
@@ -60,24 +61,49 @@ def _host_port(url: str) -> tuple[str, int]:
     return u.hostname or "127.0.0.1", int(u.port or 80)
 
 
+PEER_WORKFLOWS = ("search_r1", "retool")  # benchmarks.peers: generate + reward per sample, like slime
+MAX_NEW_TOKENS = {"search_r1": 512}  # slime's Search-R1 run script: --rollout-max-response-len 512
+
+
 def make_args(spec: dict[str, Any]) -> SimpleNamespace:
     ip, port = _host_port(spec["urls"]["policy"])
     expert = _host_port(spec["urls"]["expert"])
     args = SimpleNamespace(
         sglang_router_ip=ip,
         sglang_router_port=port,
-        sglang_model_routers={m: expert for m in EXPERT_MODELS},
+        sglang_model_routers={m: expert for m in (*EXPERT_MODELS, *spec.get("models", ()))},
         hf_checkpoint=spec["hf_checkpoint"],
         rollout_max_response_len=1024,
         rollout_max_context_len=None,
         partial_rollout=False,
         apply_chat_template=False,
-        reward_key=None,
+        reward_key=spec.get("reward_key"),
         n_samples_per_prompt=spec["n_samples"],
         rollout_batch_size=spec["concurrency"],
         retrieval_url=spec["urls"]["retrieve"],
         memagent_chunk_tokens=spec.get("chunk_tokens", 5000),
     )
+    if spec["workflow"] in PEER_WORKFLOWS:  # what slime's rollout process has set (its parser's defaults)
+        conc = max(512, spec["concurrency"])
+        for k, v in {
+            "rollout_max_context_len": 16384,
+            "rollout_max_response_len": MAX_NEW_TOKENS.get(spec["workflow"], 1024),
+            "sglang_server_concurrency": conc,
+            "rollout_num_gpus": 1,
+            "rollout_num_gpus_per_engine": 1,
+            "use_distributed_post": False,
+            "sglang_dp_size": None,
+            "rollout_temperature": 1.0,
+            "rollout_top_p": 1.0,
+            "rollout_top_k": -1,
+            "rollout_stop": None,
+            "rollout_stop_token_ids": None,
+            "rollout_skip_special_tokens": False,
+            "sglang_enable_deterministic_inference": False,
+            "sglang_speculative_algorithm": None,
+            "use_rollout_routing_replay": False,
+        }.items():
+            setattr(args, k, v)
     if spec["system"] == "graphrl":  # slime's --custom-config-path: every key becomes an attribute
         config = Path(spec["module"]).with_name("slime_args.yaml")
         for k, v in (yaml.safe_load(config.read_text()) or {}).items():
@@ -85,14 +111,33 @@ def make_args(spec: dict[str, Any]) -> SimpleNamespace:
     return args
 
 
+def _with_reward(module: Any):
+    """slime's generate_and_rm for one sample: generate, then the reward function into sample.reward."""
+
+    async def generate_and_rm(args: Any, sample: Any, sampling_params: dict) -> Any:
+        out = await module.generate(args, sample, sampling_params)
+        out.reward = await module.reward_func(args, out)
+        return out
+
+    generate_and_rm.__module__ = module.__name__
+    return generate_and_rm
+
+
 def load_generate(spec: dict[str, Any]):
+    if spec["system"] == "slime":
+        from . import slime_examples
+
+        module = slime_examples.load(spec["slime"])[spec["workflow"]]
+        if spec["workflow"] == "search_r1":
+            slime_examples.configure_search_r1(module, spec["urls"]["search"], max_turns=4, topk=3)
+        return _with_reward(module)
     if spec["system"] == "graphrl":
         path = Path(spec["module"])
         mod_spec = importlib.util.spec_from_file_location(path.stem, path)
         module = importlib.util.module_from_spec(mod_spec)
         sys.modules[path.stem] = module
         mod_spec.loader.exec_module(module)
-        return module.generate
+        return _with_reward(module) if spec["workflow"] in PEER_WORKFLOWS else module.generate
     return importlib.import_module(f"benchmarks.baselines.{BASELINES[(spec['workflow'], spec['system'])]}").generate
 
 
@@ -102,14 +147,17 @@ async def _bench(session: aiohttp.ClientSession, url: str) -> Any:
         return json.loads(await r.read())
 
 
-async def _drive(generate, args, samples: list[Sample], concurrency: int) -> tuple[list[Any], list[float]]:
+async def _drive(
+    generate, args, samples: list[Any], concurrency: int, sampling: dict | None = None
+) -> tuple[list[Any], list[float]]:
     sem = asyncio.Semaphore(concurrency)
     latencies: list[float] = []
+    params = sampling or SAMPLING
 
-    async def one(sample: Sample) -> Any:
+    async def one(sample: Any) -> Any:
         async with sem:
             t0 = time.perf_counter()
-            out = await generate(args, sample, dict(SAMPLING))
+            out = await generate(args, sample, dict(params))
             latencies.append(time.perf_counter() - t0)
             return out
 
@@ -124,6 +172,16 @@ def _rss() -> dict[str, float]:
     return out
 
 
+def _schedstat() -> tuple[float, float]:
+    """The event loop's thread (this process's main thread): seconds on a CPU and seconds runnable
+    but waiting for one (/proc/self/schedstat; zeros where the kernel has no schedstats)."""
+    try:
+        on_cpu, waiting, _ = Path("/proc/self/schedstat").read_text().split()
+        return int(on_cpu) / 1e9, int(waiting) / 1e9
+    except (OSError, ValueError):
+        return 0.0, 0.0
+
+
 def _reset_peak() -> None:
     try:
         Path("/proc/self/clear_refs").write_text("5")
@@ -136,26 +194,30 @@ async def _run(spec: dict[str, Any]) -> dict[str, Any]:
     generate = load_generate(spec)
     args = make_args(spec)
     rows = read_jsonl(Path(spec["data"]))
-    if spec["workflow"] == "toolorchestra":  # the graph's input for the retrieval service
+    if spec["workflow"] in ("toolorchestra", "search_r1"):  # the graph's input for the retrieval service
         for row in rows:
-            row["metadata"]["retrieval_url"] = spec["urls"]["retrieve"]
-    samples = samples_for(rows, spec["n_samples"])
+            row["metadata"]["retrieval_url"] = spec["urls"]["search" if spec["workflow"] == "search_r1" else "retrieve"]
+    samples, warm = _samples(spec, rows, timed)
+    if spec["system"] == "slime":
+        from . import slime_examples
+
+        slime_examples.prepare(args, timed)
+    sampling = {**SAMPLING, "max_new_tokens": MAX_NEW_TOKENS.get(spec["workflow"], SAMPLING["max_new_tokens"])}
     urls = spec["urls"]
     async with aiohttp.ClientSession() as http:
-        if spec.get("warmup"):
-            warm = samples_for(rows[: spec["warmup"]], 1)
-            for w in warm:
-                w.session_id, w.index = f"warm-{w.index}", 10**6 + w.index
-            await _drive(generate, args, warm, len(warm))
+        if warm:
+            await _drive(generate, args, warm, len(warm), sampling)
         for role in ("policy", "expert"):
             await _bench(http, urls[role] + "/bench/reset")
         gc.collect()
         _reset_peak()
         rss0 = _rss()["VmRSS"]
         enc0, dec0 = timed.clock.encode_s, timed.clock.decode_s
+        sched0 = _schedstat()
         cpu0, t0 = time.process_time(), time.perf_counter()
-        results, latencies = await _drive(generate, args, samples, spec["concurrency"])
+        results, latencies = await _drive(generate, args, samples, spec["concurrency"], sampling)
         wall, cpu, enc = time.perf_counter() - t0, time.process_time() - cpu0, timed.clock.encode_s - enc0
+        sched = [b - a for a, b in zip(sched0, _schedstat())]
         dec = timed.clock.decode_s - dec0
         mem = _rss()
         logs = {role: (await _bench(http, urls[role] + "/bench/log"))["log"] for role in ("policy", "expert")}
@@ -180,6 +242,9 @@ async def _run(spec: dict[str, Any]) -> dict[str, Any]:
         "latency_p50_s": statistics.median(lat),
         "latency_p99_s": lat[min(len(lat) - 1, int(0.99 * len(lat)))],
         "cpu_s": cpu,
+        # the event loop's thread: share of the wall time on a CPU, and runnable but waiting for one
+        "loop_cpu_use": sched[0] / wall,
+        "loop_wait": sched[1] / wall,
         "cpu_ms_per_call": 1e3 * cpu / calls,
         "tokenise_ms_per_call": 1e3 * enc / calls,
         "decode_ms_per_call": 1e3 * dec / calls,
@@ -194,14 +259,45 @@ async def _run(spec: dict[str, Any]) -> dict[str, Any]:
         },
         "policy_hit_rate": stats.get("policy", {}).get("hit_rate", 0.0),
         **audit_samples(rollouts, logs["policy"]),
+        **(context_mismatches(rollouts, logs["policy"]) if spec["workflow"] in PEER_WORKFLOWS else {}),
         **spec.get("tags", {}),
         **({"logs": logs} if spec.get("keep_logs") else {}),
     }
 
 
+def _samples(spec: dict[str, Any], rows: list[dict], timed: Any) -> tuple[list[Any], list[Any]]:
+    """The timed samples and the warm-up ones (other sessions). slime's examples get slime's own
+    `Sample`s from slime's data loader over the peer rows (`peer_data`), numbered the same way."""
+    n_warm = spec.get("warmup") or 0
+    if spec["system"] != "slime":
+        warm = samples_for(rows[:n_warm], 1)
+        for w in warm:
+            w.session_id, w.index = f"warm-{w.index}", 10**6 + w.index
+        return samples_for(rows, spec["n_samples"]), warm
+    from . import slime_examples
+
+    label = "reward_model" if spec["workflow"] == "search_r1" else "label"
+    loaded = slime_examples.dataset(Path(spec["peer_data"]), timed, label_key=label)
+    samples = []
+    for g, base in enumerate(loaded):
+        for k in range(spec["n_samples"]):
+            s = copy.deepcopy(base)
+            s.index, s.group_index, s.session_id = g * spec["n_samples"] + k, g, f"s{g * spec['n_samples'] + k:06d}"
+            samples.append(s)
+    warm = [copy.deepcopy(b) for b in loaded[:n_warm]]
+    for i, w in enumerate(warm):
+        w.index, w.group_index, w.session_id = 10**6 + i, 10**6 + i, f"warm-{i}"
+    return samples, warm
+
+
 async def _close(system: str, generate: Any) -> None:
     """Close the HTTP sessions of this event loop (graphrl's engines through the compiled module's
     target: a benchmark-only reach into its internals)."""
+    if system == "slime":
+        from . import slime_examples
+
+        await slime_examples.close()
+        return
     if system != "graphrl":
         from .baselines import common
 

@@ -138,3 +138,44 @@ def verdicts(merged: dict, overhead_budget_ms: float = 0.5, wall_budget: float =
             f"{c['policy_hit_rate']:.3f} [{'PASS' if g['policy_hit_rate'] >= c['policy_hit_rate'] - 1e-12 else 'MISS'}]"
         )
     return out
+
+
+def peer_table(merged: dict, workflow: str, systems: tuple[str, ...] = ("graphrl", "slime")) -> str:
+    """benchmarks.peers: one row per (concurrency, system)."""
+    head = (
+        "| system | conc | rollouts | rollouts/s | wall s | p50 s | p99 s | CPU ms/call | tokenise ms/call | "
+        "CPU excl. tokenise ms/call | LLM calls | prompt tokens | prefix-cache hit | mismatched tokens (turns) | "
+        "calls whose prompt is not the sample's prefix | peak RSS MB | mean reward | statuses |"
+    )
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for conc in sorted({k[1] for k in merged if k[0] == workflow}):
+        for system in systems:
+            r = merged.get((workflow, conc, system))
+            if r is None:
+                continue
+            statuses = ", ".join(f"{k} {v}" for k, v in sorted(r["statuses"].items()))
+            lines.append(
+                f"| {system} | {conc} | {r['rollouts']} | {_f(r['rollouts_per_s'])} | {_f(r['wall_s'])} | "
+                f"{_f(r['latency_p50_s'])} | {_f(r['latency_p99_s'])} | {_f(r['cpu_ms_per_call'])} | "
+                f"{_f(r['tokenise_ms_per_call'])} | {_f(r['overhead_ms_per_call'])} | {r['calls']} | "
+                f"{r['prompt_tokens']} | {r['hit_rate']:.3f} | {r['mismatch_tokens']} ({r['mismatch_turns']}) | "
+                f"{r.get('context_mismatches', 0)} of {r.get('context_calls', 0)} | {r['rss_peak_mb']:.0f} | "
+                f"{r['mean_reward']:.3f} | {statuses} |"
+            )
+    return "\n".join(lines)
+
+
+def peer_ratios(merged: dict, workflow: str) -> str:
+    head = "| conc | wall | p99 | CPU/call | CPU excl. tokenise/call | graphrl - slime CPU ms/call | prefix-cache hit |"
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for conc in sorted({k[1] for k in merged if k[0] == workflow}):
+        g, s = merged.get((workflow, conc, "graphrl")), merged.get((workflow, conc, "slime"))
+        if g is None or s is None:
+            continue
+        q = lambda k: g[k] / s[k] if s[k] else float("nan")
+        lines.append(
+            f"| {conc} | {q('wall_s'):.3f} | {q('latency_p99_s'):.3f} | {q('cpu_ms_per_call'):.2f} | "
+            f"{q('overhead_ms_per_call'):.2f} | {g['cpu_ms_per_call'] - s['cpu_ms_per_call']:+.2f} | "
+            f"{g['hit_rate']:.3f} vs {s['hit_rate']:.3f} |"
+        )
+    return "\n".join(lines)

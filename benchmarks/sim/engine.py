@@ -65,10 +65,17 @@ class SimEngine:
         cached = min(self.prefix.match(input_ids), max(n - 1, 0))
         self.prefix.insert(input_ids)
         turn = self.writer.write(
-            self.role, session, call, input_ids, int(sampling_params.get("max_new_tokens") or 1024)
+            self.role,
+            session,
+            call,
+            input_ids,
+            int(sampling_params.get("max_new_tokens") or 1024),
+            sampling_params.get("stop"),
         )
         await asyncio.sleep(self.latency.of(n - cached, len(turn.ids)))
         self.prefix.insert(list(input_ids) + list(turn.ids))
+        if turn.session is not None and not session_id:  # a client without a routing header
+            session = turn.session
         self.log.setdefault(session, []).append(
             [turn.kind, list(turn.ids), list(turn.logprobs), turn.finish["type"], n, cached, digest(input_ids)]
         )

@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from . import agents
 from .text import ALIASES, REASONS, gold_answer, seeded, sentence, wrong_answer
 
 IM_END = 151645
@@ -70,6 +71,7 @@ class Turn:
     logprobs: tuple[float, ...]
     finish: dict[str, Any]
     text: str
+    session: str | None = None  # Search-R1 / ReTool: the rollout read off the prompt (agents.session_of)
 
 
 def digest(ids: Sequence[int]) -> int:
@@ -109,7 +111,7 @@ class TurnWriter:
                 return "memorize"
             if "\\boxed{1987}" in tail:
                 return "answer"
-            return "orchestrate"
+            return agents.detect(role, self.decode(prompt[:160])) or "orchestrate"
         for marker, kind in (
             ("<query></query>", "query"),
             ("output reported", "reason"),
@@ -121,8 +123,10 @@ class TurnWriter:
                 return kind
         return "other"
 
-    def write(self, role: str, session: str, call: int, prompt: Sequence[int], max_new: int) -> Turn:
+    def write(self, role: str, session: str, call: int, prompt: Sequence[int], max_new: int, stop: Any = None) -> Turn:
         kind = self.classify(role, prompt)
+        if kind in (agents.SEARCH_R1, agents.RETOOL):
+            return self._agent_turn(kind, prompt, max_new, stop)
         # a judge's verdict is a function of what it is shown (some graders send no session id)
         rng = (
             seeded(self.seed, "judge", digest(prompt))
@@ -148,6 +152,31 @@ class TurnWriter:
         rnd = rng.random
         logprobs = tuple(-3.0 * rnd() ** 3 for _ in ids)
         return Turn(kind, tuple(ids), logprobs, finish, text)
+
+    def _agent_turn(self, kind: str, prompt: Sequence[int], max_new: int, stop: Any) -> Turn:
+        """Search-R1 / ReTool (benchmarks.sim.agents): the turn is read off the whole prompt."""
+        key, text = agents.turn_text(kind, self.seed, self.decode(prompt))
+        cached = self._cache.get(key)
+        if cached is None:
+            cached = self._cache[key] = (tuple(self.encode(text)), text)
+        ids = list(cached[0])
+        rng = seeded(self.seed, "turn", *key)
+        if rng.random() < self.shape.noncanonical_rate:
+            ids = self._split_one(ids, rng)
+        matched = agents.stop_at(text, stop)
+        if len(ids) >= max_new:
+            ids = ids[:max_new]
+            finish: dict[str, Any] = {"type": "length", "length": max_new}
+            text = self.decode(ids)
+        elif matched is not None:
+            finish = {"type": "stop", "matched": matched}
+        else:
+            ids.append(IM_END)
+            finish = {"type": "stop", "matched": IM_END}
+            text += "<|im_end|>"
+        rnd = rng.random
+        logprobs = tuple(-3.0 * rnd() ** 3 for _ in ids)
+        return Turn(kind, tuple(ids), logprobs, finish, text, session=agents.session_of(key))
 
     def _text(self, key: tuple) -> str:
         """The text of one output variant: a pure function of its key (kind, variant, choices)."""
