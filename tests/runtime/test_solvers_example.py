@@ -56,7 +56,7 @@ def test_every_node_runs_and_the_samples_come_in_graph_order(kit, plan):
     pick_prompt = kit.r.decode(res.samples[4].prompt_ids)
     assert "Quick guess: \\boxed{13}" in pick_prompt and "Critique: None is wrong." in pick_prompt
     assert res.reward["score"] == 1.0 and {s.rollout_id for s in res.samples} == {0}
-    assert sum(s.reward["score"] for s in res.samples) == pytest.approx(1.0)  # credit even: split, not repeated
+    assert sum(s.reward for s in res.samples) == pytest.approx(1.0)  # credit even: split, not repeated
 
 
 def test_graphrl_run_on_tiny_writes_every_nodes_samples_under_one_rollout_id(tmp_path):
