@@ -80,8 +80,8 @@ def _rows(name: str, n: int, seed: int, tokenizer: Any) -> list[dict[str, Any]]:
 
 def _plan_facts(module: Path) -> dict[str, Any]:
     """What slime's command line gives a compiled graph: a router for every non-policy model it
-    declares, and `--reward-key` (the graph's reward.key, else `score`: graphs/hello.yaml's
-    math_equal returns {score, acc, pred, gt} and names no key, so slime needs the flag)."""
+    declares, and `--reward-key` (the plan's reward.key: math_equal's and composite rewards' default
+    to `score` in the plan; `score` for a plan compiled before that default)."""
     plan = json.loads(module.with_name("plan.json").read_text())
     key = (plan.get("reward") or {}).get("key") or "score"
     return {"models": [m for m in plan["models"] if m != "policy"], "reward_key": key}
