@@ -168,7 +168,16 @@ def _pydantic_diagnostics(
             key = loc[-1] if loc else "?"
             out.append(
                 Diagnostic(
-                    "E006", f"missing required key '{key}'", loc_.span(path[:-1], key=True), f"add '{key}:' here"
+                    "E006",
+                    f"missing required key '{key}'",
+                    loc_.span(path[:-1], key=True),
+                    f"add '{key}:' here"
+                    + (
+                        " (a file of shared sections that graphs `include:` is checked through the graph that "
+                        "includes it)"
+                        if path == ("name",)
+                        else ""
+                    ),
                 )
             )
         else:

@@ -169,3 +169,11 @@ def test_the_plan_hash_follows_the_included_files(tmp_path):
     plan2, _ = plan_from_path(path)
     assert plan1 is not None and plan2 is not None
     assert plan1.source["sha256"] != plan2.source["sha256"]
+
+
+def test_checking_a_fragment_on_its_own_says_it_is_checked_through_its_graph(tmp_path):
+    frag = tmp_path / "shared.yaml"
+    frag.write_text("constants: {max_turns: 3}\n", encoding="utf-8")
+    _, diags = check_file(frag)
+    name = next(d for d in diags if d.code == "E006" and "'name'" in d.message)
+    assert "include:" in (name.hint or "")
