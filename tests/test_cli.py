@@ -307,6 +307,33 @@ def test_demo_runs_every_bundled_graph_on_the_embedded_engine(tmp_path: Path):
     assert all({"score", "dropped"} <= set(x["rollout_reward"]) for x in to)  # the group reward ran
 
 
+@pytest.mark.slow
+def test_the_demo_runs_every_node_kind_of_the_bundled_graphs(tmp_path: Path):
+    """issue: every node kind of the bundled graphs runs at least once in the demo. pycheck's tool node
+    runs because its first turn is constrained to a program (structured output, never a scripted
+    reply), solvers runs a sub-graph and a fork, agentflow a switch and updates (tiny, the demo's cap)."""
+    import re
+
+    from graphrl.compilers.lower import plan_from_path
+
+    kinds = set()
+    for g in [*GRAPHS, *sorted((REPO / "graphs" / "examples").glob("*.yaml"))]:
+        plan, _ = plan_from_path(g)
+        assert plan is not None
+        kinds |= {n.kind for n in plan.nodes.values()}
+    assert {"llm", "tool", "switch", "update", "graph", "parallel"} <= kinds
+    r = cli("demo", "--out", str(tmp_path), "--model", "tiny", *("--only", "pycheck", "--only", "solvers"))
+    r2 = cli("demo", "--out", str(tmp_path), "--model", "tiny", "--only", "agentflow")
+    assert r.exit_code == 0 and r2.exit_code == 0, r.stderr + r2.stderr
+    ran = set()
+    for line in (r.stdout + r2.stdout).splitlines():
+        if line.startswith("node kinds run: "):
+            for kind, n in re.findall(r"(\w+) (\d+)/\d+ nodes", line):
+                if int(n) > 0:
+                    ran.add(kind)
+    assert kinds <= ran, f"never ran: {sorted(kinds - ran)}"
+
+
 def test_demo_stops_at_invalid_graphs(tmp_path: Path):
     graphs = tmp_path / "graphs"
     graphs.mkdir()
