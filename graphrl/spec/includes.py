@@ -21,11 +21,11 @@ paths of the tree is merged once.
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
 from typing import Any
 
 from .diagnostics import Diagnostic, did_you_mean_file
+from .template_files import FileRefused, FileRules, read_confined
 from .yamlsrc import Located, load_yaml
 
 KEYED = ("constants", "models", "inputs", "state", "threads", "nodes")
@@ -36,40 +36,31 @@ MAX_INCLUDE_DEPTH = 8
 MAX_INCLUDE_BYTES = 1 << 20
 
 
-class _Refused(Exception):
-    def __init__(self, message: str, hint: str | None = None):
-        super().__init__(message)
-        self.hint = hint
+INCLUDED_FILES = FileRules(
+    "included file",
+    "graph's folder",
+    "keep shared YAML files under the graph file's folder, or set templates_outside: true",
+    "point at a .yaml file",
+    MAX_INCLUDE_BYTES,
+    "split it",
+)
 
 
 def _read(path: Path, root: Path, *, outside_ok: bool, written: str) -> str:
-    real = path.resolve()
-    if not outside_ok and not real.is_relative_to(root):
-        raise _Refused(
-            f"included file {path} is outside the graph's folder {root}"
-            + (f" (it resolves to {real})" if real != path.absolute() else ""),
-            "keep shared YAML files under the graph file's folder, or set templates_outside: true",
-        )
     try:
-        st = real.stat()
+        data = read_confined(path, root, INCLUDED_FILES, outside_ok=outside_ok)
     except FileNotFoundError:
         near = sorted(p.name for p in path.parent.glob("*.y*ml")) if path.parent.is_dir() else []
-        raise _Refused(
+        raise FileRefused(
             f"included file not found: {path}",
             did_you_mean_file(written, near) or "include paths are relative to the file that holds the include",
         ) from None
     except OSError as exc:
-        raise _Refused(f"cannot read included file {path}: {exc.strerror or exc}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise _Refused(f"included file {path} is not a regular file", "point at a .yaml file")
-    with open(real, "rb") as fh:
-        data = fh.read(MAX_INCLUDE_BYTES + 1)
-    if len(data) > MAX_INCLUDE_BYTES:
-        raise _Refused(f"included file {path} is larger than {MAX_INCLUDE_BYTES} bytes", "split it")
+        raise FileRefused(f"cannot read included file {path}: {exc.strerror or exc}") from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise _Refused(f"included file {path} is not UTF-8 text ({exc.reason})") from None
+        raise FileRefused(f"included file {path} is not UTF-8 text ({exc.reason})") from None
 
 
 class _Merger:
@@ -133,7 +124,7 @@ class _Merger:
             try:
                 written = Path(os.path.relpath(path, base)).as_posix()
                 text = _read(path, self.root, outside_ok=self.outside_ok, written=written)
-            except _Refused as exc:
+            except FileRefused as exc:
                 self.diags.append(Diagnostic("E008", str(exc), span, exc.hint))
                 continue
             self.done.add(real)

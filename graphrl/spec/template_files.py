@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 MAX_INCLUDE_DEPTH = 8
@@ -25,35 +26,63 @@ _UNSUPPORTED = re.compile(r"\{%-?\s*(import|from|extends|include)\b")
 MAX_TEMPLATE_BYTES = 1 << 20  # a prompt template larger than 1 MiB is refused
 
 
-class TemplateRefused(Exception):
-    """A template file graphrl will not read (outside the folder, not a regular file, too large, a bad include)."""
+class FileRefused(Exception):
+    """A file graphrl will not read (outside its folder, not a regular file, too large, a bad include)."""
 
-    def __init__(self, message: str, hint: str):
+    def __init__(self, message: str, hint: str | None = None):
         super().__init__(message)
         self.hint = hint
 
 
-def _read_file(tfile: Path, root: Path, *, outside_ok: bool) -> str:
-    """The text of a template file: inside the templates folder (symlinks resolved) unless the graph
-    says `templates_outside: true`, a regular file, at most MAX_TEMPLATE_BYTES."""
-    real = tfile.resolve()
+TemplateRefused = FileRefused  # what a template file's refusal is called where it is shown (E007)
+
+
+@dataclass(frozen=True)
+class FileRules:
+    """How a kind of graph-side file is named in messages, and its size bound."""
+
+    what: str  # "template file"
+    folder: str  # "templates folder"
+    outside_hint: str
+    regular_hint: str
+    max_bytes: int
+    big_hint: str
+
+
+def read_confined(path: Path, root: Path, rules: FileRules, *, outside_ok: bool) -> bytes:
+    """The bytes of a file below `root` (symlinks resolved) unless `outside_ok`, a regular file, at
+    most `rules.max_bytes`; `FileRefused` otherwise. A missing or unreadable file raises OSError (the
+    caller says which name it was given)."""
+    real = path.resolve()
     if not outside_ok and not real.is_relative_to(root):
-        raise TemplateRefused(
-            f"template file {tfile} is outside the templates folder {root}"
-            + (f" (it resolves to {real})" if real != tfile.absolute() else ""),
-            "keep prompt files under the graph's templates: folder, or set templates_outside: true",
+        raise FileRefused(
+            f"{rules.what} {path} is outside the {rules.folder} {root}"
+            + (f" (it resolves to {real})" if real != path.absolute() else ""),
+            rules.outside_hint,
         )
-    st = real.stat()
-    if not stat.S_ISREG(st.st_mode):
-        raise TemplateRefused(f"template file {tfile} is not a regular file", "point at a .j2 text file")
+    if not stat.S_ISREG(real.stat().st_mode):
+        raise FileRefused(f"{rules.what} {path} is not a regular file", rules.regular_hint)
     with open(real, "rb") as fh:
-        data = fh.read(MAX_TEMPLATE_BYTES + 1)
-    if len(data) > MAX_TEMPLATE_BYTES:
-        raise TemplateRefused(
-            f"template file {tfile} is larger than {MAX_TEMPLATE_BYTES} bytes",
-            "a prompt template is text you wrote: split it, or pass large text in as data",
-        )
-    return data.decode("utf-8")
+        data = fh.read(rules.max_bytes + 1)
+    if len(data) > rules.max_bytes:
+        raise FileRefused(f"{rules.what} {path} is larger than {rules.max_bytes} bytes", rules.big_hint)
+    return data
+
+
+TEMPLATE_FILES = FileRules(
+    "template file",
+    "templates folder",
+    "keep prompt files under the graph's templates: folder, or set templates_outside: true",
+    "point at a .j2 text file",
+    MAX_TEMPLATE_BYTES,
+    "a prompt template is text you wrote: split it, or pass large text in as data",
+)
+
+
+def _read_file(tfile: Path, root: Path, *, outside_ok: bool) -> str:
+    """The text of a template file (`read_confined` under TEMPLATE_FILES: the graph's templates folder
+    unless `templates_outside: true`)."""
+    return read_confined(tfile, root, TEMPLATE_FILES, outside_ok=outside_ok).decode("utf-8")
 
 
 def read_template(tfile: Path, root: Path, *, outside_ok: bool, _seen: tuple[Path, ...] = ()) -> str:
