@@ -1,7 +1,7 @@
 """Which branches a run took: a plan + the rollouts' paths -> a few lines for `graphrl demo`.
 
-Input: a `Plan` and a `RunSummary` (its `transitions`: (from node, to node or end/abort/<status>)
--> count over the run's rollouts, and `visits`: node -> visits).
+Input: a `Plan` and a `RunSummary` (its `routes`: (a rollout's path node names, its ending) -> count
+over the run's rollouts, and `visits`: node -> visits).
 Output: text: for every node with more than one way out (a switch, a conditional `next`, an
 `on_limit` / `on_error` target), each target with how many times it was taken (0 included), then
 the node kinds that ran (`llm 5/5 nodes, tool 1/1, ...`) and the nodes that never ran.

@@ -48,7 +48,6 @@ class RunSummary:
     wall_s: float = 0.0
     errors: Counter = field(default_factory=Counter)
     visits: Counter = field(default_factory=Counter)  # node -> visits (all rollouts)
-    transitions: Counter = field(default_factory=Counter)  # (node, next node or end/abort/<status>) -> count
     routes: Counter = field(default_factory=Counter)  # (the path's node names, its ending) -> count
 
     def add(self, res: RolloutResult, reward_key: str | None) -> None:
@@ -71,7 +70,6 @@ class RunSummary:
         nodes = [p[0] for p in res.path]
         self.visits.update(nodes)
         ending = {"completed": "end", "aborted": "abort"}.get(res.status, res.status)
-        self.transitions.update(zip(nodes, nodes[1:] + [ending]))
         self.routes[(tuple(nodes), ending)] += 1
         for c in res.calls:
             self.calls[c.node] += 1
