@@ -50,7 +50,7 @@ def result_fields(node) -> frozenset[str] | None:
     return frozenset()
 
 
-def _bound(g: Graph, flow: Flow, site: Site, env_globals: frozenset[str]) -> set[str]:
+def _bound(g: Graph, flow: Flow, site: Site, env_globals: frozenset[str], forks: dict[str, str]) -> set[str]:
     if site.path[0] == "inputs":
         return set(ROW_FIELDS) | env_globals
     names = set(GLOBALS) | set(g.spec.constants) | set(g.spec.inputs) | set(g.spec.state) | env_globals
@@ -77,7 +77,7 @@ def _bound(g: Graph, flow: Flow, site: Site, env_globals: frozenset[str]) -> set
         if isinstance(node, ParallelNode):  # a fork's update / next run after its branches
             names |= set(node.parallel) & set(g.nodes)
     else:  # branches of one fork run at the same time: before it runs, a branch sees no sibling's result
-        names -= set(siblings(g, nid))  # (in a loop a sibling is an ancestor: it would be bound from then on)
+        names -= set(forks)  # (in a loop a sibling is an ancestor: it would be bound from then on)
     return names
 
 
@@ -118,8 +118,8 @@ def check_templates(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
                 else "an expression is Jinja without braces, e.g. verifier.conclusion == 'STOP'",
             )
             continue
-        bound = _bound(g, flow, site, env_globals)
-        forks = siblings(g, site.node) if site.node is not None else {}
+        forks = siblings(g, site.node) if site.node is not None else {}  # a branch's siblings -> fork
+        bound = _bound(g, flow, site, env_globals, forks)
         for name in sorted(parsed.free - bound):
             if name in forks:
                 msg = (
