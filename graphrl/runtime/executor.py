@@ -49,7 +49,6 @@ from .scoring import node_reward, rollout_reward
 from .services import Endpoints, RewardScorer, ToolRunner, UnknownModel
 from .trained_thread import TrainedThread
 from .userfns import user_callable
-from .values import copy_value as _copy
 from .values import excerpt as _excerpt
 from .values import is_message as _is_message
 from .values import lone_surrogate as _lone_surrogate
@@ -167,8 +166,7 @@ class Executor:
             "metadata": row.get("metadata") or {},
             "row": row,
         }
-        r.ns.update(self.plan.constants)
-        r.ns.update(row=row, visits=r.visits, threads={})
+        inputs: dict[str, Any] = {}
         for name, decl in self.plan.inputs.items():
             try:
                 value = self.render.expr(("inputs", name, "from"), decl.from_, base)
@@ -180,9 +178,8 @@ class Executor:
                         f"{self.plan.span('inputs', name)}: input '{name}' ({decl.from_}) is missing from the data row"
                     )
                 value = decl.default
-            r.ns[name] = value
-        for name, var in self.plan.state.items():
-            r.state[name] = _copy(var.default)
+            inputs[name] = value
+        r.enter(self.plan, row, inputs)
 
     async def _execute(self, r: RolloutState, abort: AbortSignal | None) -> None:
         self._init(r)

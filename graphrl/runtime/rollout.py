@@ -18,6 +18,7 @@ from .renderers import ModelRenderers
 from .scope import Renderer
 from .services import Endpoints, RolloutResources, ToolRunner
 from .trained_thread import TrainedThread
+from .values import copy_value
 
 
 class AbortSignal(Protocol):
@@ -66,6 +67,15 @@ class RolloutState:
     abort: AbortSignal | None = None  # the caller's abort signal (sub-graphs read it too)
     # (node, visit) -> merges a finished sub-graph run into this rollout; applied in item order
     pending: dict[tuple[str, int], Callable[[], None]] = field(default_factory=dict)
+
+    def enter(self, plan: Plan, row: Any, inputs: Mapping[str, Any]) -> None:
+        """Open the graph's scope (a rollout's, or a sub-graph run's): its constants, the row, visits
+        and threads, the input values given, and every state variable at its default."""
+        self.ns.update(plan.constants)
+        self.ns.update(row=row, visits=self.visits, threads={})
+        self.ns.update(inputs)
+        for name, var in plan.state.items():
+            self.state[name] = copy_value(var.default)
 
 
 def merge_pending(r: RolloutState, keys: list[tuple[str, int]]) -> None:

@@ -56,13 +56,9 @@ async def run_graph(
 
 
 def _enter(plan: Any, cr: RolloutState, given: dict[str, Any], parent: RolloutState) -> None:
-    """The child's namespace: its constants, the row, its inputs (given, else their default), its state."""
-    cr.ns.update(plan.constants)
-    cr.ns.update(row=parent.ns.get("row"), visits=cr.visits, threads={})
-    for name, decl in plan.inputs.items():
-        cr.ns[name] = given[name] if name in given else copy_value(decl.default)
-    for name, var in plan.state.items():
-        cr.state[name] = copy_value(var.default)
+    """The child's scope (`RolloutState.enter`): its inputs are the values given, else their default."""
+    inputs = {name: given[name] if name in given else copy_value(decl.default) for name, decl in plan.inputs.items()}
+    cr.enter(plan, parent.ns.get("row"), inputs)
 
 
 def _merge(r: RolloutState, cr: RolloutState, nid: str, base: tuple[int, int]) -> None:
