@@ -49,7 +49,9 @@ QUICK_LATENCY = (0.004, 0.0002, 0.000002)
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.scale", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="concurrency 1 and 8, every graph, cells in one process")
-    p.add_argument("--graphs", nargs="+", help="bundled graph names (default: every graphs/*.yaml)")
+    p.add_argument(
+        "--graphs", nargs="+", help="bundled graph names (default: every graphs/*.yaml, and examples/solvers)"
+    )
     p.add_argument("--concurrency", type=int, nargs="+")
     p.add_argument("--min-rollouts", type=int, default=8)
     p.add_argument("--seed", type=int, default=0)
@@ -60,8 +62,12 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+# graphs/examples/ holds one runnable graph (solvers.yaml; solver.yaml is its child, run through it)
+EXAMPLES = ("examples/solvers",)
+
+
 def bundled() -> list[str]:
-    return sorted(p.stem for p in graphs.BUNDLED.glob("*.yaml"))
+    return sorted(p.stem for p in graphs.BUNDLED.glob("*.yaml")) + list(EXAMPLES)
 
 
 def _rows(name: str, n: int, seed: int, tokenizer: Any) -> list[dict[str, Any]]:
