@@ -32,7 +32,10 @@ class RenderError(Exception):
 
 
 class NodeResult(dict):
-    """A node's result: a dict of fields whose str() is its text (so `{{ node }}` renders the text)."""
+    """A node's result: a dict of fields whose str() is its text (so `{{ node }}` renders the text).
+    No instance attributes (templates look `result.field` up as an item, `spec.jinja.make_env`)."""
+
+    __slots__ = ()
 
     def __str__(self) -> str:
         return str(self.get("text", ""))
@@ -44,7 +47,7 @@ class Renderer:
     def __init__(self, plan: Plan, count_tokens: Callable[[str, str], int] | None = None):
         """`count_tokens(text, model)`: the `token_count` filter (the model's tokenizer; policy by default)."""
         self.plan = plan
-        self.env = make_env()
+        self.env = make_env(item_types=(dict, NodeResult))
         if count_tokens is not None:
             self.env.filters["token_count"] = lambda value, model="policy": count_tokens(
                 value if isinstance(value, str) else _as_text(value), model

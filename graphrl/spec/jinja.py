@@ -30,13 +30,32 @@ class _GraphSandbox(ImmutableSandboxedEnvironment):
     """Jinja's immutable sandbox, refusing an unsafe lookup at once: Jinja's own returns an undefined
     value that renders as `Undefined` inside a list (`[x]|map(attribute='__class__')|list`)."""
 
+    def __init__(self, *args: Any, item_types: tuple[type, ...] = (dict,), **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        # `value.name` on these mapping types (no instance attributes, no __getattr__) is the item
+        # unless the type has an attribute of that name: their attribute names, listed once per type
+        self._item_attrs = {t: frozenset(dir(t)) for t in item_types}
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        """Jinja's sandboxed `obj.attribute`, with the answer for a plain mapping's key computed
+        without raising and catching an AttributeError first: the same value or undefined."""
+        names = self._item_attrs.get(type(obj))
+        if names is not None and attribute not in names:
+            try:
+                return obj[attribute]
+            except (TypeError, LookupError):
+                return self.undefined(obj=obj, name=attribute)
+        return super().getattr(obj, attribute)
+
     def unsafe_undefined(self, obj: Any, attribute: str) -> Any:
         raise SecurityError(f"access to attribute {attribute!r} of a {type(obj).__name__} value is unsafe")
 
 
-def make_env() -> Environment:
-    """The environment of graph templates and expressions: sandboxed, strict about undefined names."""
-    env = _GraphSandbox(undefined=StrictUndefined, keep_trailing_newline=True, autoescape=False)
+def make_env(item_types: tuple[type, ...] = (dict,)) -> Environment:
+    """The environment of graph templates and expressions: sandboxed, strict about undefined names.
+    `item_types`: mapping types without instance attributes whose `.name` is looked up as an item
+    directly (the runtime adds its node results)."""
+    env = _GraphSandbox(undefined=StrictUndefined, keep_trailing_newline=True, autoescape=False, item_types=item_types)
     env.filters["snake"] = lambda s: re.sub(r"[^0-9a-z]+", "_", str(s).lower()).strip("_")
     env.filters["token_count"] = _no_tokenizer  # the runtime's Renderer binds the model's tokenizer
     return env

@@ -81,3 +81,45 @@ def test_no_autoescape():
 
 def test_snake_filter():
     assert compile_template(env, "{{ 'Sub-Goal X' | snake }}")({}) == "sub_goal_x"
+
+
+_ITEM_CASES = [
+    "{{ d.a }}",
+    "{{ d._x }}",
+    "{{ d.items | list | length }}",
+    "{{ d.get('a') }}",
+    "{{ d.missing }}",
+    "{{ d.missing | default('m') }}",
+    "{{ d.__class__ }}",
+    "{{ d.nested.b }}",
+    "{{ n.text }}",
+    "{{ n.keys() | list }}",
+    "{{ n.nope }}",
+    "{{ s.upper() }}",
+]
+
+
+@pytest.mark.parametrize("source", _ITEM_CASES)
+def test_item_lookup_fast_path_gives_what_jinja_gives(source):
+    """`value.name` on plain mappings is looked up as an item directly (make_env's item_types): the
+    same output, or the same error, as Jinja's own sandboxed lookup (item_types empty)."""
+    from graphrl.runtime.scope import NodeResult
+
+    ctx = {"d": {"a": 1, "_x": 2, "items": 5, "nested": {"b": [1]}}, "n": NodeResult(text="t", ok=True), "s": "x"}
+
+    def render(env):
+        try:
+            return env.from_string(source).render(ctx)
+        except Exception as exc:  # compared by type and message
+            return f"{type(exc).__name__}: {exc}"
+
+    fast, reference = make_env(item_types=(dict, NodeResult)), make_env(item_types=())
+    assert render(fast) == render(reference)
+
+
+def test_node_results_hold_no_attributes():
+    """The item fast path relies on it: a node result's fields are items only."""
+    from graphrl.runtime.scope import NodeResult
+
+    with pytest.raises(AttributeError):
+        NodeResult(text="t").extra = 1
