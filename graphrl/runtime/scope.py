@@ -21,6 +21,7 @@ from jinja2.exceptions import TemplateError, TemplateSyntaxError, UndefinedError
 from ..plan import Plan
 from ..spec.jinja import _SINGLE_EXPR, compile_expression, compile_template, make_env
 from ..spec.model import StateVar
+from . import fastexpr
 
 
 class RenderError(Exception):
@@ -134,15 +135,34 @@ def _path_lookup(expr: str, slow: Callable[[dict], Any], text: bool) -> Callable
 
 
 def _fast(env: Any, text: str, mode: str) -> Callable[[dict], Any] | None:
+    """The quickest exact evaluator of a template or expression: dict lookups for a plain path, else
+    a closure compiled from its Jinja AST (`runtime.fastexpr`) that starts over in Jinja's code
+    (`fn`) where it meets something outside its subset, else Jinja's code run on one merged dict."""
     fn = _fast_jinja(env, text, mode)
     if fn is None:
         return None
     if mode == "text":
         m = re.fullmatch(r"\{\{(.*)\}\}", text, re.S)  # exactly one output, no text around it
-        return (_path_lookup(m.group(1), fn, text=True) if m else None) or fn
+        path = _path_lookup(m.group(1), fn, text=True) if m else None
+        return path or _with_fallback(fastexpr.compile_text(env, text), fn)
     m = _SINGLE_EXPR.match(text) if mode == "native" else None
     expr = m.group(1) if m else (text if mode == "expr" else None)
-    return (_path_lookup(expr, fn, text=False) if expr is not None else None) or fn
+    if expr is None:  # a native-mode template with text around its outputs: rendered as text
+        return _with_fallback(fastexpr.compile_text(env, text), fn)
+    return _path_lookup(expr, fn, text=False) or _with_fallback(fastexpr.compile_expression(env, expr), fn)
+
+
+def _with_fallback(fast: Callable[[dict], Any] | None, slow: Callable[[dict], Any]) -> Callable[[dict], Any]:
+    if fast is None:
+        return slow
+
+    def run(ctx: dict) -> Any:
+        try:
+            return fast(ctx)
+        except fastexpr.Fallback:
+            return slow(ctx)
+
+    return run
 
 
 def _fast_jinja(env: Any, text: str, mode: str) -> Callable[[dict], Any] | None:

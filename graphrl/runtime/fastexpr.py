@@ -1,0 +1,271 @@
+"""Graph expressions compiled to Python closures: a graph's conditions and `{{ expr }}` templates.
+
+Input: the source of one Jinja expression, or of a template made only of text and `{{ expr }}`
+outputs (no blocks), and the graph's sandboxed environment (`spec.jinja.make_env`).
+Output: a callable ctx -> value (an expression's value; a template's text), or None when the
+source uses anything outside the subset below -- then the caller keeps Jinja's compiled code.
+
+Subset: names (the rollout's values, then the environment's globals, else Jinja's undefined),
+constants, lists / tuples / dicts, `.attr` and `[item]` / `[a:b]` (through the environment's own
+sandboxed getattr / getitem; a slice subscripts directly, as in Jinja), `x if c else y`, and / or / not, comparisons, arithmetic, `~`,
+filters and tests that take no context (`default`, `trim`, `length`, `is defined`, ...), and calls of
+builtin methods (`text.split('x')`, `d.get(k)`), checked by the sandbox as Jinja checks them. Any
+other call found while evaluating (a Python function, a class) makes that evaluation start over in
+Jinja's code (`Fallback`): expressions are pure in the immutable sandbox, so nothing is done twice.
+
+Invariant: the value -- or the exception's type and message -- is what Jinja's compiled code gives
+for the same source and values: each node does what Jinja's code generator emits for it (3.1:
+`environment.getattr(obj, 'name')`, `environment.getitem(obj, key)`, plain Python operators since
+the sandbox intercepts none, `environment.filters[name](value, ...)`), and tests compare the two
+on every construct (tests/runtime/test_fastexpr.py). Why: six of these per LLM call in a tool-using
+graph cost about 12 us each through Jinja's `Context` machinery, 1-3 us as closures.
+"""
+
+from __future__ import annotations
+
+import operator
+import types
+from collections.abc import Callable
+from typing import Any
+
+from jinja2 import nodes
+from jinja2.exceptions import TemplateSyntaxError
+from jinja2.optimizer import Optimizer
+from jinja2.parser import Parser
+from jinja2.utils import _PassArg
+
+Fn = Callable[[dict], Any]
+
+_BINARY: dict[type, Callable[[Any, Any], Any]] = {
+    nodes.Add: operator.add,
+    nodes.Sub: operator.sub,
+    nodes.Mul: operator.mul,
+    nodes.Div: operator.truediv,
+    nodes.FloorDiv: operator.floordiv,
+    nodes.Mod: operator.mod,
+    nodes.Pow: operator.pow,
+}
+_UNARY: dict[type, Callable[[Any], Any]] = {nodes.Neg: operator.neg, nodes.Pos: operator.pos}
+_COMPARE: dict[str, Callable[[Any, Any], Any]] = {
+    "eq": operator.eq,
+    "ne": operator.ne,
+    "gt": operator.gt,
+    "gteq": operator.ge,
+    "lt": operator.lt,
+    "lteq": operator.le,
+    "in": lambda a, b: a in b,
+    "notin": lambda a, b: a not in b,
+}
+_BUILTIN_METHODS = (types.BuiltinMethodType, types.MethodWrapperType)
+
+
+class Fallback(Exception):
+    """Raised inside an evaluation that met something outside the subset; the caller runs Jinja."""
+
+
+class _Unsupported(Exception):
+    """A construct outside the subset, found at compile time."""
+
+
+def compile_expression(env: Any, source: str) -> Fn | None:
+    """`source` (one expression) as a closure, or None."""
+    try:
+        parser = Parser(env, source, state="variable")
+        expr = parser.parse_expression()
+        if not parser.stream.eos:
+            return None
+        c = _Compiler(env)
+        return c.expr(c.fold(expr))
+    except (_Unsupported, TemplateSyntaxError):
+        return None
+
+
+def compile_text(env: Any, source: str) -> Fn | None:
+    """A template of text and `{{ expr }}` outputs only, rendering to its text; or None."""
+    try:
+        body = env.parse(source).body
+    except TemplateSyntaxError:
+        return None
+    if len(body) != 1 or type(body[0]) is not nodes.Output:
+        return None
+    c = _Compiler(env)
+    parts: list[str | Fn] = []
+    try:
+        for child in body[0].nodes:
+            parts.append(child.data if type(child) is nodes.TemplateData else c.expr(c.fold(child)))
+    except _Unsupported:
+        return None
+    if len(parts) == 1 and not isinstance(parts[0], str):
+        one = parts[0]
+        return lambda ctx: str(one(ctx))
+    return lambda ctx: "".join([p if isinstance(p, str) else str(p(ctx)) for p in parts])
+
+
+class _Compiler:
+    def __init__(self, env: Any):
+        self.env = env
+        self.globals = dict(env.globals)
+
+    def fold(self, node: nodes.Node) -> nodes.Node:
+        """Jinja's own constant folding (its code generator runs the optimizer on every expression):
+        a constant subtree is the value Jinja computes at compile time, which is not always what
+        evaluating it would give (`none[1:] | default('d')` folds to 'd')."""
+        if not self.env.optimized:
+            return node
+        return Optimizer(self.env).visit(node, nodes.EvalContext(self.env))
+
+    def expr(self, node: nodes.Node) -> Fn:
+        method = getattr(self, f"_{type(node).__name__}", None)
+        if method is None:
+            raise _Unsupported(type(node).__name__)
+        return method(node)
+
+    def _Name(self, node: nodes.Name) -> Fn:
+        if node.ctx != "load":
+            raise _Unsupported("store")
+        name, g, undefined, missing = node.name, self.globals, self.env.undefined, _MISSING
+
+        def lookup(ctx: dict) -> Any:
+            value = ctx.get(name, missing)
+            if value is missing:
+                value = g.get(name, missing)
+                if value is missing:
+                    return undefined(name=name)
+            return value
+
+        return lookup
+
+    def _Const(self, node: nodes.Const) -> Fn:
+        value = node.value
+        return lambda ctx: value
+
+    def _List(self, node: nodes.List) -> Fn:
+        items = [self.expr(x) for x in node.items]
+        return lambda ctx: [f(ctx) for f in items]
+
+    def _Tuple(self, node: nodes.Tuple) -> Fn:
+        if node.ctx != "load":
+            raise _Unsupported("store")
+        items = [self.expr(x) for x in node.items]
+        return lambda ctx: tuple([f(ctx) for f in items])
+
+    def _Dict(self, node: nodes.Dict) -> Fn:
+        pairs = [(self.expr(p.key), self.expr(p.value)) for p in node.items]
+        return lambda ctx: {k(ctx): v(ctx) for k, v in pairs}
+
+    def _Getattr(self, node: nodes.Getattr) -> Fn:
+        obj, attr, getattr_ = self.expr(node.node), node.attr, self.env.getattr
+        return lambda ctx: getattr_(obj(ctx), attr)
+
+    def _Getitem(self, node: nodes.Getitem) -> Fn:
+        obj = self.expr(node.node)
+        if type(node.arg) is nodes.Slice:  # Jinja subscripts a slice directly, not through getitem
+            s = node.arg
+            parts = [None if x is None else self.expr(x) for x in (s.start, s.stop, s.step)]
+            return lambda ctx: obj(ctx)[slice(*[None if f is None else f(ctx) for f in parts])]
+        key, getitem = self.expr(node.arg), self.env.getitem
+        return lambda ctx: getitem(obj(ctx), key(ctx))
+
+    def _CondExpr(self, node: nodes.CondExpr) -> Fn:
+        if node.expr2 is None:  # Jinja's "no else section" undefined: left to Jinja
+            raise _Unsupported("if without else")
+        test, yes, no = self.expr(node.test), self.expr(node.expr1), self.expr(node.expr2)
+        return lambda ctx: yes(ctx) if test(ctx) else no(ctx)
+
+    def _And(self, node: nodes.And) -> Fn:
+        left, right = self.expr(node.left), self.expr(node.right)
+        return lambda ctx: left(ctx) and right(ctx)
+
+    def _Or(self, node: nodes.Or) -> Fn:
+        left, right = self.expr(node.left), self.expr(node.right)
+        return lambda ctx: left(ctx) or right(ctx)
+
+    def _Not(self, node: nodes.Not) -> Fn:
+        inner = self.expr(node.node)
+        return lambda ctx: not inner(ctx)
+
+    def _unary(self, node: nodes.UnaryExpr) -> Fn:
+        if node.operator in self.env.intercepted_unops:
+            raise _Unsupported("intercepted")
+        inner, op = self.expr(node.node), _UNARY[type(node)]
+        return lambda ctx: op(inner(ctx))
+
+    _Neg = _Pos = _unary
+
+    def _binary(self, node: nodes.BinExpr) -> Fn:
+        if node.operator in self.env.intercepted_binops:
+            raise _Unsupported("intercepted")
+        left, right, op = self.expr(node.left), self.expr(node.right), _BINARY[type(node)]
+        return lambda ctx: op(left(ctx), right(ctx))
+
+    _Add = _Sub = _Mul = _Div = _FloorDiv = _Mod = _Pow = _binary
+
+    def _Concat(self, node: nodes.Concat) -> Fn:
+        items = [self.expr(x) for x in node.nodes]
+        return lambda ctx: "".join([str(f(ctx)) for f in items])
+
+    def _Compare(self, node: nodes.Compare) -> Fn:
+        first = self.expr(node.expr)
+        ops = [(_COMPARE[o.op], self.expr(o.expr)) for o in node.ops]
+        if len(ops) == 1:
+            ((op, right),) = ops
+            return lambda ctx: op(first(ctx), right(ctx))
+
+        def chain(ctx: dict) -> Any:  # Python's chained comparison: each middle operand once
+            left, result = first(ctx), True
+            for op, f in ops:
+                right = f(ctx)
+                result = op(left, right)
+                if not result:
+                    return result
+                left = right
+            return result
+
+        return chain
+
+    def _args(self, node: nodes.Filter | nodes.Test | nodes.Call) -> tuple[list[Fn], list[tuple[str, Fn]]]:
+        if node.dyn_args is not None or node.dyn_kwargs is not None:
+            raise _Unsupported("*args")
+        return [self.expr(a) for a in node.args], [(str(k.key), self.expr(k.value)) for k in node.kwargs]
+
+    def _applied(self, table: dict[str, Any], node: nodes.Filter | nodes.Test, value: Fn) -> Fn:
+        fn = table.get(node.name)
+        if fn is None:
+            raise _Unsupported(node.name)
+        pass_arg = _PassArg.from_obj(fn)
+        if pass_arg is _PassArg.environment:
+            env, inner = self.env, fn
+            fn = lambda v, *a, **k: inner(env, v, *a, **k)
+        elif pass_arg is not None:  # a context or eval-context filter: left to Jinja
+            raise _Unsupported(node.name)
+        args, kwargs = self._args(node)
+        if not args and not kwargs:
+            return lambda ctx: fn(value(ctx))
+        return lambda ctx: fn(value(ctx), *[a(ctx) for a in args], **{k: f(ctx) for k, f in kwargs})
+
+    def _Filter(self, node: nodes.Filter) -> Fn:
+        if node.node is None:  # a filter block's input
+            raise _Unsupported("filter block")
+        return self._applied(self.env.filters, node, self.expr(node.node))
+
+    def _Test(self, node: nodes.Test) -> Fn:
+        return self._applied(self.env.tests, node, self.expr(node.node))
+
+    def _Call(self, node: nodes.Call) -> Fn:
+        target = self.expr(node.node)
+        args, kwargs = self._args(node)
+        safe = self.env.is_safe_callable
+
+        def call(ctx: dict) -> Any:
+            fn = target(ctx)
+            if not isinstance(fn, _BUILTIN_METHODS) or not safe(fn):
+                raise Fallback  # a function, a class, an undefined, a refused callable: Jinja decides
+            try:
+                return fn(*[a(ctx) for a in args], **{k: f(ctx) for k, f in kwargs})
+            except StopIteration:  # Jinja turns it into an undefined value
+                raise Fallback from None
+
+        return call
+
+
+_MISSING = object()

@@ -1,0 +1,239 @@
+"""graphrl.runtime.fastexpr: graph expressions as closures give exactly what Jinja gives.
+
+Differential: every expression is evaluated by the compiled closure (starting over in Jinja where it
+raises Fallback, as the runtime does) and by Jinja's public API on the same sandboxed environment;
+the values -- or the exceptions' types and messages -- must be equal. Hypothesis adds expressions
+built at random from the subset's grammar.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from graphrl.runtime import fastexpr
+from graphrl.runtime.scope import NodeResult, Renderer
+from graphrl.spec.jinja import make_env
+
+ENV = make_env(item_types=(dict, NodeResult))
+
+CTX = {
+    "output": NodeResult(
+        text="<think>x</think> done",
+        ok=True,
+        calls=[{"name": "search", "arguments": {"model": "expert-1"}}],
+    ),
+    "failed": NodeResult(text="", ok=False, calls=[]),
+    "row": {"metadata": {"model_mapping": {"expert-1": "Qwen/Qwen3-32B"}, "n": 3}},
+    "role": "expert-1",
+    "other": "expert-9",
+    "counts": {"expert-1": 2},
+    "items": [3, 1, 2],
+    "empty": [],
+    "n": 7,
+    "f": 2.5,
+    "s": "  Hello, World  ",
+    "none": None,
+    "flag": True,
+    "visit": 1,
+}
+
+EXPRESSIONS = [
+    "output.calls[0].name if output.ok and output.calls else ''",
+    "output.calls[0].arguments.model | default('') if output.ok and output.calls else ''",
+    "failed.calls[0].name if failed.ok and failed.calls else ''",
+    "role in row.metadata.model_mapping",
+    "other in row.metadata.model_mapping",
+    "'search' if role in row.metadata.model_mapping else 'invalid'",
+    "row.metadata.model_mapping[role] | default('')",
+    "row.metadata.model_mapping[other] | default('')",
+    "row.metadata.model_mapping[other]",
+    "(counts[role] | default(0)) + 1",
+    "(counts[other] | default(0)) + 1",
+    "output.text.split('</think>')[-1] | trim",
+    "s | trim | lower",
+    "s.strip().upper()",
+    "s[2:7]",
+    "items[1:]",
+    "items[::-1]",
+    "items | length",
+    "items | sort | first",
+    "items | max",
+    "empty | first",
+    "n > 5 and n < 10",
+    "1 < n < 10",
+    "1 < n < 5",
+    "n == 7 or missing",
+    "missing or n",
+    "missing",
+    "missing.attr",
+    "missing | default('d')",
+    "missing is defined",
+    "n is defined and n is number",
+    "none is none",
+    "not flag",
+    "not missing",
+    "-n + f * 2",
+    "n // 2 ~ '/' ~ n % 2",
+    "n / 0",
+    "n ** 2",
+    "'a' ~ n ~ none",
+    "[n, f, 'x']",
+    "(n, role)",
+    "{'k': n, role: f}",
+    "row.metadata.get('n')",
+    "row.metadata.get('zz', 'fallback')",
+    "row.metadata.keys() | list",
+    "row.metadata.items() | list | length",
+    "output.__class__",
+    "row.__class__.__mro__",
+    "items.append(4)",
+    "s.format(1)",
+    "range(3) | list",
+    "dict(a=1)",
+    "namespace(a=1).a",
+    "items | map('string') | join(',')",
+    "items | selectattr('x') | list",
+    "s | replace('l', 'L') | wordcount",
+    "n is divisibleby 7",
+    "n if flag",
+    "output.ok == true and visit == 1",
+    "output.missing_field",
+    "output.missing_field | default(none)",
+    "output['text']",
+    "output.text[0]",
+    "output.text[100]",
+    "n | string | int + 1",
+    "'%s-%d' % (role, n)",
+    "(items | sum) * 2",
+    "items[n]",
+    "role.split('-')[1] | int",
+    "s | tojson",
+]
+
+
+def _outcome(fn):
+    try:
+        return ("value", fn())
+    except fastexpr.Fallback:  # the caller starts over in Jinja
+        raise
+    except Exception as exc:  # compared by type and message
+        return ("error", type(exc).__name__, str(exc))
+
+
+def _fast_value(source: str, ctx: dict):
+    fast = fastexpr.compile_expression(ENV, source)
+    if fast is None:
+        return None
+    try:
+        return _outcome(lambda: fast(ctx))
+    except fastexpr.Fallback:
+        return _outcome(lambda: ENV.compile_expression(source, undefined_to_none=False)(**ctx))
+
+
+def _jinja_value(source: str, ctx: dict):
+    return _outcome(lambda: ENV.compile_expression(source, undefined_to_none=False)(**ctx))
+
+
+def _rendered(outcome):
+    """An Undefined value is compared by how it renders (str raises for StrictUndefined)."""
+    if outcome and outcome[0] == "value":
+        return _outcome(lambda: (type(outcome[1]).__name__, str(outcome[1])))
+    return outcome
+
+
+@pytest.mark.parametrize("source", EXPRESSIONS)
+def test_expression_gives_what_jinja_gives(source):
+    fast = _fast_value(source, CTX)
+    if fast is None:  # outside the subset: the runtime keeps Jinja's code
+        return
+    assert _rendered(fast) == _rendered(_jinja_value(source, CTX))
+
+
+def test_the_subset_covers_the_bundled_graphs_expressions():
+    """The common forms compile (a test that could fail: a regression to None is visible here)."""
+    for source in EXPRESSIONS[:12]:
+        assert fastexpr.compile_expression(ENV, source) is not None, source
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "{{ output.text.split('</think>')[-1] | trim }}\n\nOutput of the code:\n{{ output.text }}",
+        "{{ n + 1 }}",
+        "{{ missing }}",
+        "{{ none }} and {{ flag }}\n",
+        "plain text only",
+        "{{ items }} / {{ row.metadata }}",
+        "{% if flag %}x{% endif %}",  # a block: outside the subset
+        "{{ s.format(1) }}",
+    ],
+)
+def test_text_template_gives_what_jinja_gives(source):
+    fast = fastexpr.compile_text(ENV, source)
+    if fast is None:
+        assert "{%" in source
+        return
+
+    def run():
+        try:
+            return fast(CTX)
+        except fastexpr.Fallback:
+            return ENV.from_string(source).render(CTX)
+
+    assert _outcome(run) == _outcome(lambda: ENV.from_string(source).render(CTX))
+
+
+def test_renderer_uses_the_closures_and_keeps_its_errors():
+    """Through the runtime's Renderer: the same values, and located errors as before."""
+    from graphrl.runtime.scope import RenderError
+
+    class _PlanStandIn:
+        def span(self, *path):
+            return "graph.yaml:1:1"
+
+    r = Renderer(_PlanStandIn())  # type: ignore[arg-type]
+    assert r.expr(("x",), "(counts[role] | default(0)) + 1", CTX) == 3
+    assert r.value(("x",), "{{ row.metadata.model_mapping[role] | default('') }}", CTX) == "Qwen/Qwen3-32B"
+    assert r.text(("x",), "{{ n }}/{{ output.text.split('</think>')[-1] | trim }}", CTX) == "7/done"
+    with pytest.raises(RenderError, match="graph.yaml:1:1: undefined value"):
+        r.expr(("x",), "missing + 1", CTX)
+    with pytest.raises(RenderError, match="unsafe"):
+        r.expr(("x",), "items.append(4)", CTX)
+
+
+# -- random expressions of the subset's grammar ------------------------------------------------------
+_names = st.sampled_from(
+    ["n", "f", "role", "other", "items", "empty", "flag", "missing", "s", "output", "row", "counts"]
+)
+_leaves = st.one_of(_names, st.sampled_from(["none", "1", "0", "'x'", "-2", "2.5", "true"]))
+_OPS = ["+", "-", "*", "//", "%", "~", "==", "!=", "<", ">=", "in", "not in", "and", "or"]
+
+
+def _extend(inner):
+    # subscripts, slices and attributes apply to names: a literal's (`1[1:]`) is compiled by
+    # CPython's own rules in Jinja's code (it may fold `not [1[1:], 1]` without evaluating the item)
+    return st.one_of(
+        st.tuples(inner, st.sampled_from(_OPS), inner).map(lambda t: f"({t[0]} {t[1]} {t[2]})"),
+        inner.map(lambda x: f"(not {x})"),
+        inner.map(lambda x: f"({x} | default('d'))"),
+        inner.map(lambda x: f"({x} | length)"),
+        inner.map(lambda x: f"({x} is defined)"),
+        st.tuples(_names, st.sampled_from(["text", "ok", "calls", "metadata", "upper", "keys", "x"])).map(
+            lambda t: f"{t[0]}.{t[1]}"
+        ),
+        st.tuples(_names, inner).map(lambda t: f"{t[0]}[{t[1]}]"),
+        st.tuples(inner, inner, inner).map(lambda t: f"({t[0]} if {t[1]} else {t[2]})"),
+        _names.map(lambda x: f"{x}[1:]"),
+        inner.map(lambda x: f"[{x}, 1]"),
+        inner.map(lambda x: f"{x} ~ ''"),
+    )
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.recursive(_leaves, _extend, max_leaves=6))
+def test_random_expressions_give_what_jinja_gives(source):
+    fast = _fast_value(source, CTX)
+    assert fast is not None, source  # every construct of this grammar is in the subset
+    assert _rendered(fast) == _rendered(_jinja_value(source, CTX))
