@@ -36,14 +36,16 @@ lint: setup
 # functions on a latency-simulating SGLang-protocol server (benchmarks.run), against slime's own
 # Search-R1 and ReTool examples (benchmarks.peers: imported from a THUDM/slime checkout named by
 # SLIME=DIR; without it those rows are skipped and the run says so), and the scale curve of every
-# bundled graph from 1 to 2,048 concurrent rollouts (benchmarks.scale). `bench` is the full run
-# (about 80 minutes on 2 cores: 26 + 30 with SLIME + 20), `bench-quick` the smoke run (its timings mean nothing).
+# bundled graph from 1 to 2,048 concurrent rollouts (benchmarks.scale), and the python tool's cost per call
+# by sandbox backend against a bare subprocess (benchmarks.sandbox). `bench` is the full run (about 80
+# minutes on 2 cores: 26 + 30 with SLIME + 20 + 1), `bench-quick` the smoke run (its timings mean nothing).
 SLIME ?=
 bench: setup peers-deps
 	@mkdir -p build/bench
 	$(PY) -m benchmarks.run --json build/bench/results.json | tee build/bench/results.md
 	$(PY) -m benchmarks.peers $(if $(SLIME),--slime $(SLIME)) --json build/bench/peers.json | tee build/bench/peers.md
 	$(PY) -m benchmarks.scale --json build/bench/scale.json | tee build/bench/scale.md
+	$(PY) -m benchmarks.sandbox | tee build/bench/sandbox.md
 
 bench-quick: setup peers-deps
 	$(PY) -m benchmarks.run --quick

@@ -100,6 +100,9 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", type=Path, help="write all results here")
     p.add_argument("--build-dir", type=Path, default=REPO / "build" / "bench")
+    p.add_argument(
+        "--report", type=Path, help="print the tables and target verdicts of a saved --json run (nothing is run)"
+    )
     return p
 
 
@@ -177,11 +180,9 @@ def _progress(r: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ns = parser().parse_args(argv)
-    preset = QUICK if ns.quick else FULL
-    for name, value in zip(("per_request_s", "per_output_token_s", "per_prefill_token_s"), preset["latency"]):
-        if getattr(ns, name) is None:
-            setattr(ns, name, value)
-    repeats = ns.repeats or preset["repeats"]
+    if ns.report is not None:
+        return _report(ns.report)
+    preset, repeats = _settings(ns)
     scaling = tuple(preset["scaling"] if ns.scaling is None else ns.scaling)
     isolate = (not ns.quick) if ns.isolate is None else ns.isolate
     build = ns.build_dir
@@ -214,12 +215,73 @@ def main(argv: list[str] | None = None) -> int:
         )
     scale_rows = _scaling(ns, preset, scaling, base, build, isolate)
 
-    merged = report.merge(cells)
-    out = [
+    head = (
         f"graphrl benchmarks -- {'quick' if ns.quick else 'full'} run, {time.strftime('%Y-%m-%d %H:%M')}, "
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load average at start "
         f"{load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}, at end {os.getloadavg()[0]:.2f}; "
-        f"{time.time() - t_start:.0f} s",
+        f"{time.time() - t_start:.0f} s"
+    )
+    print(_render(ns, preset, repeats, isolate, cells, scale_rows, head))
+    if ns.json:
+        ns.json.parent.mkdir(parents=True, exist_ok=True)
+        ns.json.write_text(
+            json.dumps(
+                {
+                    "argv": argv if argv is not None else sys.argv[1:],
+                    "started": t_start,
+                    "elapsed_s": time.time() - t_start,
+                    "load_start": load,
+                    "load_end": os.getloadavg(),
+                    "cells": cells,
+                    "scaling": scale_rows,
+                },
+                indent=1,
+            )
+        )
+    return 0
+
+
+def _settings(ns: argparse.Namespace) -> tuple[dict[str, Any], int]:
+    """The preset of the run (full or quick) with its defaults filled into `ns`; the repeats."""
+    preset = QUICK if ns.quick else FULL
+    for name, value in zip(("per_request_s", "per_output_token_s", "per_prefill_token_s"), preset["latency"]):
+        if getattr(ns, name) is None:
+            setattr(ns, name, value)
+    return preset, ns.repeats or preset["repeats"]
+
+
+def _report(path: Path) -> int:
+    """Re-print a saved run (`--json`) with the current tables and targets."""
+    saved = json.loads(path.read_text())
+    ns = parser().parse_args(saved["argv"])
+    preset, repeats = _settings(ns)
+    isolate = (not ns.quick) if ns.isolate is None else ns.isolate
+    load, end = saved["load_start"], saved["load_end"]
+    when = (
+        f", started {time.strftime('%Y-%m-%d %H:%M', time.localtime(saved['started']))}" if "started" in saved else ""
+    )
+    took = f"; {saved['elapsed_s']:.0f} s" if "elapsed_s" in saved else ""
+    head = (
+        f"graphrl benchmarks -- {'quick' if ns.quick else 'full'} run saved in {path}{when} (argv "
+        f"{' '.join(saved['argv']) or 'none'}), load average at start {load[0]:.2f} / {load[1]:.2f} / "
+        f"{load[2]:.2f}, at end {end[0]:.2f}{took}"
+    )
+    print(_render(ns, preset, repeats, isolate, saved["cells"], saved["scaling"], head))
+    return 0
+
+
+def _render(
+    ns: argparse.Namespace,
+    preset: dict[str, Any],
+    repeats: int,
+    isolate: bool,
+    cells: list[dict[str, Any]],
+    scale_rows: list[dict[str, Any]],
+    head: str,
+) -> str:
+    merged = report.merge(cells)
+    out = [
+        head,
         "",
         f"simulated model: {ns.per_request_s:g} s per request + {ns.per_output_token_s:g} s per output token + "
         f"{ns.per_prefill_token_s:g} s per uncached prompt token; {ns.noncanonical_rate:.0%} of turns with a "
@@ -248,22 +310,7 @@ def main(argv: list[str] | None = None) -> int:
             "",
         ]
     out += ["## Targets", ""] + [f"- {v}" for v in report.verdicts(merged)]
-    print("\n".join(out))
-    if ns.json:
-        ns.json.parent.mkdir(parents=True, exist_ok=True)
-        ns.json.write_text(
-            json.dumps(
-                {
-                    "argv": argv if argv is not None else sys.argv[1:],
-                    "load_start": load,
-                    "load_end": os.getloadavg(),
-                    "cells": cells,
-                    "scaling": scale_rows,
-                },
-                indent=1,
-            )
-        )
-    return 0
+    return "\n".join(out)
 
 
 def _matrix(ns, preset, server_ns, workflows, systems, suffix, modules, base, repeats, isolate) -> list[dict[str, Any]]:
