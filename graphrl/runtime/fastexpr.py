@@ -8,7 +8,7 @@ source uses anything outside the subset below -- then the caller keeps Jinja's c
 Subset: names (the rollout's values, then the environment's globals, else Jinja's undefined),
 constants, lists / tuples / dicts, `.attr` and `[item]` / `[a:b]` (through the environment's own
 sandboxed getattr / getitem; a slice subscripts directly, as in Jinja), `x if c else y`, and / or / not, comparisons, arithmetic, `~`,
-filters and tests that take no context (`default`, `trim`, `length`, `is defined`, ...), and calls of
+filters and tests that take no template context (`default`, `trim`, `length`, `join`, `is defined`, ...), and calls of
 builtin methods (`text.split('x')`, `d.get(k)`), checked by the sandbox as Jinja checks them. Any
 other call found while evaluating (a Python function, a class) makes that evaluation start over in
 Jinja's code (`Fallback`): expressions are pure in the immutable sandbox, so nothing is done twice.
@@ -16,7 +16,7 @@ Jinja's code (`Fallback`): expressions are pure in the immutable sandbox, so not
 Invariant: the value -- or the exception's type and message -- is what Jinja's compiled code gives
 for the same source and values: each node does what Jinja's code generator emits for it (3.1:
 `environment.getattr(obj, 'name')`, `environment.getitem(obj, key)`, plain Python operators since
-the sandbox intercepts none, `environment.filters[name](value, ...)`), and tests compare the two
+the sandbox intercepts none, `environment.filters[name]([environment or eval_ctx,] value, ...)`), and tests compare the two
 on every construct (tests/runtime/test_fastexpr.py). Why: six of these per LLM call in a tool-using
 graph cost about 12 us each through Jinja's `Context` machinery, 1-3 us as closures.
 """
@@ -76,7 +76,7 @@ def compile_expression(env: Any, source: str) -> Fn | None:
             return None
         c = _Compiler(env)
         return c.expr(c.fold(expr))
-    except (_Unsupported, TemplateSyntaxError):
+    except Exception:  # outside the subset, or an error while folding: Jinja's code gives the error
         return None
 
 
@@ -93,7 +93,7 @@ def compile_text(env: Any, source: str) -> Fn | None:
     try:
         for child in body[0].nodes:
             parts.append(child.data if type(child) is nodes.TemplateData else c.expr(c.fold(child)))
-    except _Unsupported:
+    except Exception:  # as in compile_expression
         return None
     if len(parts) == 1 and not isinstance(parts[0], str):
         one = parts[0]
@@ -105,6 +105,7 @@ class _Compiler:
     def __init__(self, env: Any):
         self.env = env
         self.globals = dict(env.globals)
+        self.eval_ctx = nodes.EvalContext(env)
 
     def fold(self, node: nodes.Node) -> nodes.Node:
         """Jinja's own constant folding (its code generator runs the optimizer on every expression):
@@ -112,7 +113,7 @@ class _Compiler:
         evaluating it would give (`none[1:] | default('d')` folds to 'd')."""
         if not self.env.optimized:
             return node
-        return Optimizer(self.env).visit(node, nodes.EvalContext(self.env))
+        return Optimizer(self.env).visit(node, self.eval_ctx)
 
     def expr(self, node: nodes.Node) -> Fn:
         method = getattr(self, f"_{type(node).__name__}", None)
@@ -233,10 +234,12 @@ class _Compiler:
         if fn is None:
             raise _Unsupported(node.name)
         pass_arg = _PassArg.from_obj(fn)
-        if pass_arg is _PassArg.environment:
-            env, inner = self.env, fn
-            fn = lambda v, *a, **k: inner(env, v, *a, **k)
-        elif pass_arg is not None:  # a context or eval-context filter: left to Jinja
+        if pass_arg is _PassArg.environment or pass_arg is _PassArg.eval_context:
+            # what Jinja passes: the environment, or its evaluation context (a fresh one per render,
+            # never changed inside an expression: autoescape off, not volatile)
+            first, inner = self.env if pass_arg is _PassArg.environment else self.eval_ctx, fn
+            fn = lambda v, *a, **k: inner(first, v, *a, **k)
+        elif pass_arg is not None:  # a context filter: left to Jinja
             raise _Unsupported(node.name)
         args, kwargs = self._args(node)
         if not args and not kwargs:
