@@ -203,7 +203,8 @@ class _Compiler:
 
     def _Concat(self, node: nodes.Concat) -> Fn:
         items = [self.expr(x) for x in node.nodes]
-        return lambda ctx: "".join([str(f(ctx)) for f in items])
+        # Jinja's str_join((a, b, ...)): every operand evaluated before any is made a string
+        return lambda ctx: "".join([str(v) for v in [f(ctx) for f in items]])
 
     def _Compare(self, node: nodes.Compare) -> Fn:
         first = self.expr(node.expr)
