@@ -37,8 +37,9 @@ lint: setup
 # Search-R1 and ReTool examples (benchmarks.peers: imported from a THUDM/slime checkout named by
 # SLIME=DIR; without it those rows are skipped and the run says so), and the scale curve of every
 # bundled graph from 1 to 2,048 concurrent rollouts (benchmarks.scale), and the python tool's cost per call
-# by sandbox backend against a bare subprocess (benchmarks.sandbox). `bench` is the full run (about 80
-# minutes on 2 cores: 26 + 30 with SLIME + 20 + 1), `bench-quick` the smoke run (its timings mean nothing).
+# by sandbox backend against a bare subprocess (benchmarks.sandbox). `bench` is the full run (about an hour
+# on 2 cores, measured 2026-11-26: 24 + 21 with SLIME + 16 + 1.5 minutes), `bench-quick` the smoke run (its
+# timings mean nothing).
 SLIME ?=
 bench: setup peers-deps
 	@mkdir -p build/bench

@@ -182,9 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     ns = parser().parse_args(argv)
     if ns.report is not None:
         return _report(ns.report)
-    preset, repeats = _settings(ns)
+    preset, repeats, isolate = _settings(ns)
     scaling = tuple(preset["scaling"] if ns.scaling is None else ns.scaling)
-    isolate = (not ns.quick) if ns.isolate is None else ns.isolate
     build = ns.build_dir
     build.mkdir(parents=True, exist_ok=True)
     t_start = time.time()
@@ -241,21 +240,22 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _settings(ns: argparse.Namespace) -> tuple[dict[str, Any], int]:
-    """The preset of the run (full or quick) with its defaults filled into `ns`; the repeats."""
+def _settings(ns: argparse.Namespace) -> tuple[dict[str, Any], int, bool]:
+    """The preset of the run (full or quick) with its defaults filled into `ns`; the repeats; whether
+    each cell runs in its own process."""
     preset = QUICK if ns.quick else FULL
     for name, value in zip(("per_request_s", "per_output_token_s", "per_prefill_token_s"), preset["latency"]):
         if getattr(ns, name) is None:
             setattr(ns, name, value)
-    return preset, ns.repeats or preset["repeats"]
+    isolate = (not ns.quick) if ns.isolate is None else ns.isolate
+    return preset, ns.repeats or preset["repeats"], isolate
 
 
 def _report(path: Path) -> int:
     """Re-print a saved run (`--json`) with the current tables and targets."""
     saved = json.loads(path.read_text())
     ns = parser().parse_args(saved["argv"])
-    preset, repeats = _settings(ns)
-    isolate = (not ns.quick) if ns.isolate is None else ns.isolate
+    preset, repeats, isolate = _settings(ns)
     load, end = saved["load_start"], saved["load_end"]
     when = (
         f", started {time.strftime('%Y-%m-%d %H:%M', time.localtime(saved['started']))}" if "started" in saved else ""

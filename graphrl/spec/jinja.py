@@ -30,7 +30,7 @@ class _GraphSandbox(ImmutableSandboxedEnvironment):
     """Jinja's immutable sandbox, refusing an unsafe lookup at once: Jinja's own returns an undefined
     value that renders as `Undefined` inside a list (`[x]|map(attribute='__class__')|list`)."""
 
-    def __init__(self, *args: Any, item_types: tuple[type, ...] = (dict,), **kwargs: Any):
+    def __init__(self, *args: Any, item_types: tuple[type, ...], **kwargs: Any):
         super().__init__(*args, **kwargs)
         # `value.name` on these mapping types (no instance attributes, no __getattr__) is the item
         # unless the type has an attribute of that name: their attribute names, listed once per type
