@@ -34,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import math
 import operator
-import uuid
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -226,7 +226,7 @@ class SGLangEngine:
         rid: str | None = None,
     ) -> Generation:
         """One `/generate` call; see the module docstring for retries, timeouts and cancellation."""
-        rid = rid or uuid.uuid4().hex
+        rid = rid or os.urandom(16).hex()  # unique per request (uuid4 builds an object for the same bytes)
         if not isinstance(input_ids, (list, tuple)):
             input_ids = list(input_ids)
         if type(sampling_params) is not dict:
@@ -250,7 +250,7 @@ class SGLangEngine:
         ids = [int(t) for t in input_ids]
         if not 1 <= start <= len(ids):
             raise ValueError(f"start must be in [1, {len(ids)}], got {start}")
-        rid = uuid.uuid4().hex
+        rid = os.urandom(16).hex()
         params = {**dict(sampling_params), "max_new_tokens": 0}
         body = {
             "input_ids": ids,

@@ -51,6 +51,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from graphrl.models.bytelevel import ByteDecoder
+from graphrl.runtime import chatml_native
 from graphrl.runtime.chat_drift import DeltaMismatchError as DeltaMismatchError  # re-exported
 from graphrl.runtime.chat_drift import NotAppendOnlyError as NotAppendOnlyError
 from graphrl.runtime.chat_drift import check_boundary, drift_error
@@ -122,6 +124,9 @@ class ChatRenderer:
             stop_token_ids = _default_stop_ids(tokenizer)
         self.stop_token_ids = frozenset(int(i) for i in stop_token_ids)
         self._one: dict[int, str] = {}  # single-token decodings (a turn's stop token, every turn)
+        # the byte-level decoding table, built at the first decode and shared with variants:
+        # [table] once built ([None]: the tokenizer's decode is not plain byte-level)
+        self._bytes: list[ByteDecoder | None] = []
         # The ids a model may legally emit: the tokenizer's (base + added special tokens), or the
         # model's embedding rows when the caller knows them (often padded past the tokenizer, e.g.
         # 151,936 rows for Qwen2.5's 151,669 ids); ids at or past this bound are engine errors.
@@ -161,6 +166,7 @@ class ChatRenderer:
                 template_kwargs={**self.template.kwargs, **(template_kwargs or {})},
                 completion=completion,
             )
+            out._bytes = self._bytes
         return out
 
     # -- text <-> ids -----------------------------------------------------------------------------
@@ -187,6 +193,14 @@ class ChatRenderer:
 
     def _decode(self, ids: Sequence[int]) -> str:
         if self._backend is not None:
+            if not self._bytes:
+                self._bytes.append(ByteDecoder.for_tokenizer(self.tokenizer))
+            table = self._bytes[0]
+            if table is not None:
+                try:  # the same text as the tokenizer's decode, from a table (graphrl.models.bytelevel)
+                    return table.decode(ids)
+                except KeyError:  # an id the table does not have: the tokenizer says what it is
+                    pass
             return self._backend.decode(list(ids), skip_special_tokens=False)
         return self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
@@ -250,7 +264,13 @@ class ChatThread:
         variables: Mapping[str, Any] | None = None,
     ):
         self._r = renderer
-        self._tools = template_tools(tools)
+        self._tools = template_tools(tools)  # this thread's own copy, never changed:
+        # its JSON lines for the native ChatML renderer are made once, not at every render
+        self._tools_text = (
+            chatml_native.tools_json(self._tools)
+            if self._tools and getattr(renderer.template, "native", False)
+            else None
+        )
         self._vars = plain(dict(variables or {}))
         self._messages: list[dict[str, Any]] = []
         self._pending: list[dict[str, Any]] = [template_message(m) for m in messages]
@@ -425,6 +445,14 @@ class ChatThread:
 
     # -- internals -------------------------------------------------------------------------------
     def _render(self, messages: list[dict[str, Any]], generation_prompt: bool = True) -> str:
+        if self._tools_text is not None:  # a TemplateRenderer rendering ChatML natively
+            return self._r.template.render(
+                messages,
+                tools=self._tools,
+                add_generation_prompt=generation_prompt,
+                variables=self._vars,
+                tools_text=self._tools_text,
+            )
         return self._r.template.render(
             messages, tools=self._tools, add_generation_prompt=generation_prompt, variables=self._vars
         )

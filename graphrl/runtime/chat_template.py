@@ -142,13 +142,15 @@ class TemplateRenderer:
         tools: list[dict] | None = None,
         add_generation_prompt: bool,
         variables: Mapping[str, Any] | None = None,
+        tools_text: str | None = None,
     ) -> str:
-        """Render messages already passed through `template_message` (plain data)."""
+        """Render messages already passed through `template_message` (plain data). `tools_text`:
+        `chatml_native.tools_json(tools)`, computed once by a caller whose `tools` never change."""
         messages = list(messages)
         if self.kwargs:
             variables = {**self.kwargs, **(variables or {})}
         if self.native and not variables:
-            text = chatml_native.render_chatml(messages, tools, add_generation_prompt)
+            text = chatml_native.render_chatml(messages, tools, add_generation_prompt, tools_text)
             if text is not None:
                 return text  # else: an input the native renderer declines; Jinja is the reference
         kwargs = {**self._constants, **(variables or {})}
@@ -178,6 +180,7 @@ class CompletionRenderer:
         tools: list[dict] | None = None,
         add_generation_prompt: bool,
         variables: Mapping[str, Any] | None = None,
+        tools_text: str | None = None,
     ) -> str:
         if tools:
             raise CompletionModeError("completion mode has no chat template to render tool schemas into")

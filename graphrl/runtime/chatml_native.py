@@ -41,7 +41,7 @@ import hashlib
 import json
 from typing import Any
 
-__all__ = ["TEMPLATE_SHA256", "render_chatml", "renders"]
+__all__ = ["TEMPLATE_SHA256", "render_chatml", "renders", "tools_json"]
 
 # sha256 of graphrl.models.chat_template.QWEN_CHAT_TEMPLATE, the template reproduced here.
 TEMPLATE_SHA256 = "6589f1691d3ec1e49daf18fd47bfbb0c3f18b273ba62d0eb6fc9b61bd6104df0"
@@ -105,12 +105,30 @@ def renders(source: str) -> bool:
     )
 
 
-def render_chatml(messages: Any, tools: Any = None, add_generation_prompt: Any = False) -> str | None:
-    """The rendering of QWEN_CHAT_TEMPLATE for these plain inputs, or None to let Jinja render them."""
+def render_chatml(
+    messages: Any, tools: Any = None, add_generation_prompt: Any = False, tools_text: str | None = None
+) -> str | None:
+    """The rendering of QWEN_CHAT_TEMPLATE for these plain inputs, or None to let Jinja render them.
+    `tools_text`: `tools_json(tools)` computed before, for a caller that renders the same tools often
+    (a chat thread: its own copy of the schemas, never changed)."""
     try:
-        return _render(messages, tools, add_generation_prompt)
+        return _render(messages, tools, add_generation_prompt, tools_text)
     except Exception:  # _Decline, or an error Jinja would raise too (json.dumps of a non-JSON value)
         return None
+
+
+def tools_json(tools: Any) -> str | None:
+    """The tool schemas' lines of the system turn ("\n" + the JSON of each), or None (declined)."""
+    try:
+        return _tools_json(tools)
+    except Exception:
+        return None
+
+
+def _tools_json(tools: Any) -> str:
+    if type(tools) is not list and type(tools) is not tuple:
+        raise _Decline
+    return "".join(["\n" + _tojson(tool) for tool in tools])
 
 
 def _text(content: Any) -> str:
@@ -136,7 +154,7 @@ def _text(content: Any) -> str:
     raise _Decline
 
 
-def _render(messages: Any, tools: Any, add_generation_prompt: Any) -> str:
+def _render(messages: Any, tools: Any, add_generation_prompt: Any, tools_text: str | None = None) -> str:
     if type(messages) is not list and type(messages) is not tuple:
         raise _Decline
     roles = []
@@ -160,9 +178,7 @@ def _render(messages: Any, tools: Any, add_generation_prompt: Any) -> str:
             add(_text(messages[0].get("content")))
             add("\n\n")
         add(_TOOLS_HEAD)
-        for tool in tools:
-            add("\n")
-            add(_tojson(tool))
+        add(_tools_json(tools) if tools_text is None else tools_text)
         add(_TOOLS_TAIL)
     elif has_system:
         add("<|im_start|>system\n")

