@@ -92,6 +92,7 @@ class Executor:
         self.tools = tools
         self.rewards = rewards
         self.sampling = dict(sampling or {})
+        self.params_cache: dict[Any, dict[str, Any]] = {}  # handlers.llm.sampling_params
         self.renderers = ModelRenderers(plan, endpoints)
         self.render = Renderer(plan, count_tokens=lambda text, model: len(self.renderers.for_model(model).encode(text)))
         self.clock = clock
@@ -270,14 +271,14 @@ class Executor:
             results = await self._run_items(r, nid, node, handler, batch)
             for (visit, ctx), res in zip(batch, results):
                 if isinstance(res, BaseException):
-                    if not isinstance(res, FAULTS) or getattr(node, "on_error", None) is None:
+                    if not isinstance(res, FAULTS) or _field(node, "on_error") is None:
                         raise res
                     r.ns[nid] = NodeResult(text="", ok=False, error=f"{type(res).__name__}: {res}")
                     return node.on_error
                 if r.status == "aborted":
                     return END
                 output = res
-                if getattr(node, "reward", None) is not None:
+                if _field(node, "reward") is not None:
                     await self._node_reward(r, nid, node, visit, ctx, res)
                 self._record(r, nid, node, visit, ctx, res)
             if abort is not None and abort.is_set():
@@ -486,3 +487,12 @@ class Executor:
 
 def _str_or_none(value: Any) -> str | None:
     return None if value is None else str(value)
+
+
+def _field(node: Any, name: str) -> Any:
+    """`node.name`, None for a node kind without that field (no AttributeError raised and caught:
+    pydantic's __getattr__ makes that ~50x a plain lookup, and it ran on every visit)."""
+    fields = getattr(type(node), "model_fields", None)
+    if fields is None:  # not a pydantic node (a test's stand-in)
+        return getattr(node, name, None)
+    return getattr(node, name) if name in fields else None

@@ -100,7 +100,8 @@ class StepServices(Protocol):
     endpoints: Endpoints
     renderers: ModelRenderers
     tools: ToolRunner
-    sampling: dict[str, Any]
+    sampling: dict[str, Any]  # fixed once the executor is made
+    params_cache: dict[Any, dict[str, Any]]  # sampling parameters made per (node, model, stop ids)
     clock: Callable[[], float]
     max_context_tokens: int | None  # bound on a trained call's prompt + output (None: no bound)
 

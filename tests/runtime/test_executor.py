@@ -539,6 +539,29 @@ def test_seed_gives_each_call_a_distinct_reproducible_sampling_seed(kit):
     assert all("sampling_seed" not in r.sampling_params for r in eng.requests)
 
 
+def test_sampling_params_are_made_once_per_node_and_each_call_gets_its_own_dict(kit):
+    """The second visit's request has the same parameters as the first, although the first call's
+    dict was given per-call keys (the seed, a context-bound max_new_tokens); per node, not shared."""
+    graph = """
+        name: t
+        nodes:
+          a: {llm: policy, prompt: [user: one], max_tokens: 64, temperature: 0.5, stop: ["END"], next: b, max_visits: 2}
+          b: {llm: policy, prompt: [user: two], max_tokens: 32, next: a, max_visits: 2}
+        """
+    eng = kit.engine(["x", "y", "z", "w"])
+    ex = kit.executor(kit.plan(graph), {"policy": eng})
+    kit.run(ex, {}, seed=3)
+    a1, b1, a2, b2 = (r.sampling_params for r in eng.requests)
+    assert a1 is not a2 and a1["sampling_seed"] != a2["sampling_seed"]
+    drop = lambda p: {k: v for k, v in p.items() if k != "sampling_seed"}
+    assert drop(a1) == drop(a2) and drop(b1) == drop(b2)
+    assert a1["max_new_tokens"] == 64 and a1["temperature"] == 0.5 and a1["stop"] == ["END"]
+    assert b1["max_new_tokens"] == 32 and "stop" not in b1 and b1.get("temperature") != 0.5
+    assert len(ex.params_cache) == 2
+    for cached in ex.params_cache.values():
+        assert "sampling_seed" not in cached  # the per-call key went into the call's copy only
+
+
 # ---------------------------------------------------------------- foreach
 
 

@@ -26,7 +26,19 @@ from .thread_summary import summarize_thread
 def sampling_params(
     ex: StepServices, node: Any, model: str, stop_token_ids: frozenset[int] | set[int]
 ) -> dict[str, Any]:
-    """The run's base sampling parameters, then the model's and the node's; stops and lengths are the node's."""
+    """The run's base sampling parameters, then the model's and the node's; stops and lengths are the
+    node's. A new dict each call (callers set per-call keys in it); its contents are made once per
+    (node, model, stop ids) and kept in `ex.params_cache` (the plan and `ex.sampling` are fixed)."""
+    key = (id(node), model, frozenset(stop_token_ids))
+    base = ex.params_cache.get(key)
+    if base is None:
+        base = ex.params_cache[key] = _sampling_params(ex, node, model, stop_token_ids)
+    return dict(base)
+
+
+def _sampling_params(
+    ex: StepServices, node: Any, model: str, stop_token_ids: frozenset[int] | set[int]
+) -> dict[str, Any]:
     p = dict(ex.sampling)
     decl = ex.plan.models.get(model)
     for key in ("temperature", "top_p", "top_k"):
