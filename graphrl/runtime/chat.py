@@ -307,6 +307,10 @@ class ChatThread:
     def messages(self) -> tuple[dict[str, Any], ...]:
         return tuple(self._messages) + tuple(self._pending)
 
+    def message_list(self) -> list[dict[str, Any]]:
+        """`messages` as a new list (one copy; templates see the messages themselves, never changed)."""
+        return self._messages + self._pending
+
     @property
     def state(self) -> str:
         return self._state

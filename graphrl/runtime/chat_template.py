@@ -68,6 +68,10 @@ def plain(value: Any) -> Any:
 
 def template_message(message: Mapping[str, Any]) -> dict[str, Any]:
     """One chat message as the template sees it: plain data, reasoning aliased like transformers."""
+    if type(message) is dict and len(message) == 2:  # the common {role, content} text message
+        role, content = message.get("role"), message.get("content")
+        if type(role) is str and type(content) is str:
+            return {"role": role, "content": content}  # what plain() makes of it, without the walk
     if not isinstance(message, Mapping):
         raise TypeError(f"a chat message must be a mapping, got {type(message).__name__}")
     out = plain(message)

@@ -335,8 +335,9 @@ class Executor:
         ctx = dict(r.ns)
         ctx.update(r.state)
         ctx["visit"] = visit
-        ctx["threads"] = {k: list(t.messages) for k, t in r.threads.items()}
-        ctx["thread_tokens"] = {k: len(t.chat) for k, t in r.threads.items()}
+        threads = r.threads
+        ctx["threads"] = {k: t.chat.message_list() for k, t in threads.items()} if threads else {}
+        ctx["thread_tokens"] = {k: len(t.chat) for k, t in threads.items()} if threads else {}
         return ctx
 
     def _updates(self, r: RolloutState, nid: str, node: Any, ctx: dict[str, Any]) -> None:

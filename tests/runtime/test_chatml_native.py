@@ -477,3 +477,29 @@ def test_chat_renderer_with_qwen_tokenizer_uses_the_native_path():
     want = tok.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True)
     assert r.render(messages, tools=tools) == want
     assert TemplateRenderer.for_tokenizer(tok, native=False).native is False
+
+
+class _Str(str):
+    pass
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    role=st.one_of(st.sampled_from(["user", "assistant", "system", "tool"]), st.builds(_Str, st.text(max_size=3))),
+    content=st.one_of(st.text(max_size=8), st.none(), st.builds(_Str, st.text(max_size=3)), st.integers()),
+    extra=st.sampled_from([{}, {"name": "n"}, {"reasoning_content": "r"}, {"thinking": "t"}]),
+)
+def test_template_message_fast_path_is_plain(role, content, extra):
+    """The {role, content} shortcut gives what the full conversion gives (str subclasses become str,
+    reasoning keys are aliased, anything else takes the walk)."""
+    from graphrl.runtime.chat_template import _REASONING_KEYS, plain
+
+    message = {"role": role, "content": content, **extra}
+    want = plain(message)
+    reasoning = next((want[k] for k in _REASONING_KEYS if want.get(k) is not None), None)
+    if reasoning is not None:
+        want = {"thinking": reasoning, **want, "reasoning_content": reasoning}
+    got = template_message(message)
+    assert got == want and list(got) == list(want)
+    assert all(type(v) in (str, int, type(None)) for v in got.values())
+    assert got is not message
