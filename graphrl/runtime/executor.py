@@ -378,7 +378,7 @@ class Executor:
         out: list[dict[str, Any]] = []
         for i, m in enumerate(prompt or ()):
             role = m.role
-            value = self.render.value(path + (i, role), m.content, ctx)
+            value = self.render.value(path + (i, role), getattr(m, role), ctx)  # m.content, role found once
             if role != "messages":
                 out.append({"role": role, "content": value if isinstance(value, str) else str(value)})
             elif isinstance(value, str):
@@ -493,7 +493,5 @@ def _str_or_none(value: Any) -> str | None:
 def _field(node: Any, name: str) -> Any:
     """`node.name`, None for a node kind without that field (no AttributeError raised and caught:
     pydantic's __getattr__ makes that ~50x a plain lookup, and it ran on every visit)."""
-    fields = getattr(type(node), "model_fields", None)
-    if fields is None:  # not a pydantic node (a test's stand-in)
-        return getattr(node, name, None)
-    return getattr(node, name) if name in fields else None
+    values = getattr(node, "__dict__", None)  # a pydantic model keeps its field values there
+    return values.get(name) if values is not None else getattr(node, name, None)
