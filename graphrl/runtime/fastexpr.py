@@ -1,7 +1,7 @@
 """Graph expressions compiled to Python closures: a graph's conditions and `{{ expr }}` templates.
 
-Input: the source of one Jinja expression, or of a template made only of text and `{{ expr }}`
-outputs (no blocks), and the graph's sandboxed environment (`spec.jinja.make_env`).
+Input: the source of one Jinja expression, or of a template of text, `{{ expr }}` outputs and
+`{% if %}` / `{% for %}` blocks, and the graph's sandboxed environment (`spec.jinja.make_env`).
 Output: a callable ctx -> value (an expression's value; a template's text), or None when the
 source uses anything outside the subset below -- then the caller keeps Jinja's compiled code.
 
@@ -9,7 +9,9 @@ Subset: names (the rollout's values, then the environment's globals, else Jinja'
 constants, lists / tuples / dicts, `.attr` and `[item]` / `[a:b]` (through the environment's own
 sandboxed getattr / getitem; a slice subscripts directly, as in Jinja), `x if c else y`, and / or / not, comparisons, arithmetic, `~`,
 filters and tests that take no template context (`default`, `trim`, `length`, `join`, `is defined`, ...), and calls of
-builtin methods (`text.split('x')`, `d.get(k)`), checked by the sandbox as Jinja checks them. Any
+builtin methods (`text.split('x')`, `d.get(k)`), checked by the sandbox as Jinja checks them; in
+templates, `if` / `elif` / `else` and a `for` (filtered, with `else`, one or several targets,
+`loop.index` / `index0` / `first` -- `_Compiler._for` says what stays Jinja's). Any
 other call found while evaluating (a Python function, a class) makes that evaluation start over in
 Jinja's code (`Fallback`): expressions are pure in the immutable sandbox, so nothing is done twice.
 
@@ -81,24 +83,33 @@ def compile_expression(env: Any, source: str) -> Fn | None:
 
 
 def compile_text(env: Any, source: str) -> Fn | None:
-    """A template of text and `{{ expr }}` outputs only, rendering to its text; or None."""
+    """A template of text, `{{ expr }}` outputs and `{% if %}` / `{% for %}` blocks (see `_block`),
+    rendering to its text; or None."""
     try:
         body = env.parse(source).body
     except TemplateSyntaxError:
         return None
-    if len(body) != 1 or type(body[0]) is not nodes.Output:
-        return None
     c = _Compiler(env)
-    parts: list[str | Fn] = []
+    if len(body) == 1 and type(body[0]) is nodes.Output:
+        try:
+            parts = c.output_parts(body[0])
+        except Exception:  # as in compile_expression
+            return None
+        if len(parts) == 1 and not isinstance(parts[0], str):
+            one = parts[0]
+            return lambda ctx: str(one(ctx))
+        return lambda ctx: "".join([p if isinstance(p, str) else str(p(ctx)) for p in parts])
     try:
-        for child in body[0].nodes:
-            parts.append(child.data if type(child) is nodes.TemplateData else c.expr(c.fold(child)))
-    except Exception:  # as in compile_expression
+        emit = c.block(body)
+    except Exception:
         return None
-    if len(parts) == 1 and not isinstance(parts[0], str):
-        one = parts[0]
-        return lambda ctx: str(one(ctx))
-    return lambda ctx: "".join([p if isinstance(p, str) else str(p(ctx)) for p in parts])
+
+    def render(ctx: dict) -> str:
+        out: list[str] = []
+        emit(ctx, out)
+        return "".join(out)
+
+    return render
 
 
 class _Compiler:
@@ -114,6 +125,108 @@ class _Compiler:
         if not self.env.optimized:
             return node
         return Optimizer(self.env).visit(node, self.eval_ctx)
+
+    # -- template bodies: statements writing into a list of strings, in Jinja's order ------------------
+    def output_parts(self, node: nodes.Output) -> list[str | Fn]:
+        return [
+            child.data if type(child) is nodes.TemplateData else self.expr(self.fold(child)) for child in node.nodes
+        ]
+
+    def block(self, body: list[nodes.Node]) -> Callable[[dict, list[str]], None]:
+        """Output, `if` / `elif` / `else` and (not nested) `for` statements; anything else (`set`,
+        macros, `include`, filters blocks, ...) is outside the subset."""
+        steps = [self._statement(node) for node in body]
+
+        def run(ctx: dict, out: list[str]) -> None:
+            for step in steps:
+                step(ctx, out)
+
+        return run
+
+    def _statement(self, node: nodes.Node) -> Callable[[dict, list[str]], None]:
+        kind = type(node)  # exact types (isinstance only narrows them for the type checker)
+        if kind is nodes.Output and isinstance(node, nodes.Output):
+            parts = self.output_parts(node)
+
+            def output(ctx: dict, out: list[str]) -> None:
+                for p in parts:  # Jinja yields each child in turn: str() before the next is evaluated
+                    out.append(p if isinstance(p, str) else str(p(ctx)))
+
+            return output
+        if kind is nodes.If and isinstance(node, nodes.If):
+            branches = [(self.expr(self.fold(node.test)), self.block(node.body))]
+            branches += [(self.expr(self.fold(b.test)), self.block(b.body)) for b in node.elif_]
+            otherwise = self.block(node.else_)
+
+            def if_(ctx: dict, out: list[str]) -> None:
+                for test, body in branches:
+                    if test(ctx):  # Python truth, as Jinja's `if <test>:` (an undefined raises there)
+                        body(ctx, out)
+                        return
+                otherwise(ctx, out)
+
+            return if_
+        if kind is nodes.For and isinstance(node, nodes.For):
+            return self._for(node)
+        raise _Unsupported(kind.__name__)
+
+    def _for(self, node: nodes.For) -> Callable[[dict, list[str]], None]:
+        """`{% for x in items [if test] %}...{% else %}...{% endfor %}` as Jinja runs it: items
+        filtered lazily, the else part when none passed, the target a name or names (unpacked), and
+        in the body `loop.index`, `loop.index0` and `loop.first` (the attributes that need no look
+        ahead); other uses of `loop`, recursive and nested loops are outside the subset."""
+        if node.recursive or any(True for _ in node.find_all(nodes.For)):
+            raise _Unsupported("a recursive or nested for")
+        target = node.target
+        if type(target) is nodes.Name:
+            names: tuple[str, ...] = (target.name,)
+        elif (
+            type(target) is nodes.Tuple
+            and len(target.items) in _UNPACK
+            and all(type(t) is nodes.Name for t in target.items)
+        ):
+            names = tuple(t.name for t in target.items if isinstance(t, nodes.Name))
+        else:
+            raise _Unsupported("for target")
+        if "loop" in names:
+            raise _Unsupported("a for target named loop")
+        outside = [node.iter, *([node.test] if node.test is not None else []), *node.else_]
+        if any(n.name == "loop" for part in outside for n in part.find_all(nodes.Name)):
+            raise _Unsupported("loop outside the loop body")
+        uses = [n for part in node.body for n in part.find_all(nodes.Name) if n.name == "loop"]
+        read = [
+            g
+            for part in node.body
+            for g in part.find_all(nodes.Getattr)
+            if type(g.node) is nodes.Name and g.node.name == "loop"
+        ]
+        if len(read) != len(uses) or any(g.attr not in ("index", "index0", "first") for g in read):
+            raise _Unsupported("loop attribute")
+        with_loop = bool(uses)
+        items_of = self.expr(self.fold(node.iter))
+        test = self.expr(self.fold(node.test)) if node.test is not None else None
+        body, otherwise = self.block(node.body), self.block(node.else_)
+        one = names[0] if len(names) == 1 else None
+        unpack = _UNPACK.get(len(names))
+
+        def for_(ctx: dict, out: list[str]) -> None:
+            local = dict(ctx)  # the loop's names shadow the context's inside it, and only there
+            i = 0
+            for item in items_of(ctx):
+                if one is not None:
+                    local[one] = item
+                else:
+                    local.update(zip(names, unpack(item)))  # type: ignore[misc]
+                if test is not None and not test(local):
+                    continue
+                if with_loop:
+                    local["loop"] = {"index": i + 1, "index0": i, "first": i == 0}
+                body(local, out)
+                i += 1
+            if not i:
+                otherwise(ctx, out)
+
+        return for_
 
     def expr(self, node: nodes.Node) -> Fn:
         method = getattr(self, f"_{type(node).__name__}", None)
@@ -273,3 +386,16 @@ class _Compiler:
 
 
 _MISSING = object()
+
+
+def _unpack2(item: Any) -> tuple[Any, Any]:
+    a, b = item  # Python's own unpacking and errors: what Jinja's generated `for (a, b) in ...` does
+    return a, b
+
+
+def _unpack3(item: Any) -> tuple[Any, Any, Any]:
+    a, b, c = item
+    return a, b, c
+
+
+_UNPACK = {2: _unpack2, 3: _unpack3}
