@@ -37,7 +37,8 @@ lint: setup
 # Search-R1 and ReTool examples (benchmarks.peers: imported from a THUDM/slime checkout named by
 # SLIME=DIR; without it those rows are skipped and the run says so), and the scale curve of every
 # bundled graph from 1 to 2,048 concurrent rollouts (benchmarks.scale), and the python tool's cost per call
-# by sandbox backend against a bare subprocess (benchmarks.sandbox). `bench` is the full run (about an hour
+# by sandbox backend against a bare subprocess (benchmarks.sandbox), and the workflow code's CPU per call with
+# the HTTP transport replaced (benchmarks.workflow_cpu, 20 s). `bench` is the full run (about an hour
 # on 2 cores, measured 2026-11-26: 24 + 21 with SLIME + 16 + 1.5 minutes), `bench-quick` the smoke run (its
 # timings mean nothing).
 SLIME ?=
@@ -47,11 +48,13 @@ bench: setup peers-deps
 	$(PY) -m benchmarks.peers $(if $(SLIME),--slime $(SLIME)) --json build/bench/peers.json | tee build/bench/peers.md
 	$(PY) -m benchmarks.scale --json build/bench/scale.json | tee build/bench/scale.md
 	$(PY) -m benchmarks.sandbox | tee build/bench/sandbox.md
+	$(PY) -m benchmarks.workflow_cpu | tee build/bench/workflow_cpu.md
 
 bench-quick: setup peers-deps
 	$(PY) -m benchmarks.run --quick
 	$(PY) -m benchmarks.peers --quick $(if $(SLIME),--slime $(SLIME))
 	$(PY) -m benchmarks.scale --quick
+	$(PY) -m benchmarks.workflow_cpu --rollouts 16 --concurrency 8 --repeats 1
 
 # What slime's example code imports that graphrl does not (httpx, psutil): the `peers` extra.
 peers-deps: $(VENV)/.peers
