@@ -26,7 +26,6 @@ import gc
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import orjson
