@@ -191,10 +191,16 @@ class ChatRenderer:
             return text
         return self._decode(ids)
 
+    def warm(self) -> None:
+        """Build now what the first decode would build (the byte table, ~0.1-0.3 s), so that it is not
+        paid inside a rollout's time limit; the slime target and `graphrl run` call it when wiring."""
+        if self._backend is not None and not self._bytes:
+            self._bytes.append(ByteDecoder.for_tokenizer(self.tokenizer))
+
     def _decode(self, ids: Sequence[int]) -> str:
         if self._backend is not None:
             if not self._bytes:
-                self._bytes.append(ByteDecoder.for_tokenizer(self.tokenizer))
+                self.warm()
             table = self._bytes[0]
             if table is not None:
                 try:  # the same text as the tokenizer's decode, from a table (graphrl.models.bytelevel)

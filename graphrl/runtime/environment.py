@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..plan import Plan
+from .deadline import within
 from .rollout import RolloutFault
 from .services import RolloutResources, ToolResult
 
@@ -40,7 +41,7 @@ async def call_method(obj: Any, name: str, *args: Any, timeout: float) -> Any:
     fn = getattr(obj, name, None)
     if fn is None:
         return None
-    return await asyncio.wait_for(_call(fn, *args), timeout)
+    return await within(_call(fn, *args), timeout)
 
 
 async def _call(fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
@@ -57,7 +58,7 @@ async def open_environment(
     decl = plan.environment
     assert decl is not None
     try:
-        env = await asyncio.wait_for(_call(cls, **args), decl.timeout)
+        env = await within(_call(cls, **args), decl.timeout)
     except asyncio.TimeoutError:
         raise EnvironmentFailure(f"environment {decl.class_}: making it took over {decl.timeout:g} s") from None
     except Exception as exc:

@@ -35,6 +35,7 @@ from ..engines.base import EngineError, Generation
 from ..plan import Plan
 from ..spec.model import ABORT, END, POLICY
 from .chat import NotAppendOnlyError, ThreadStateError
+from .deadline import within
 from .environment import environment_of, open_environment
 from .finish import finish_samples, usage
 from .foreach import foreach_items
@@ -121,7 +122,7 @@ class Executor:
         inp = r.inp
         timeout = self.plan.limits.timeout_s
         try:
-            await asyncio.wait_for(self._execute(r, abort), timeout)
+            await within(self._execute(r, abort), timeout)
         except asyncio.TimeoutError:
             r.status, r.error = "failed", f"rollout timed out after {timeout:g} s"
         except RolloutFault as exc:

@@ -23,6 +23,7 @@ import aiohttp
 
 from ..engines.loop_sessions import LoopSessions
 from ..runtime import environment
+from ..runtime.deadline import within
 from ..runtime.environment import environment_of, with_env
 from ..runtime.scope import cut
 from ..runtime.services import RolloutResources, ToolResult
@@ -89,7 +90,7 @@ class ToolBox:
         resources: RolloutResources | None = None,
     ) -> ToolResult:
         try:
-            res = await asyncio.wait_for(self._dispatch(tool, args, timeout, resources), timeout + 1.0)
+            res = await within(self._dispatch(tool, args, timeout, resources), timeout + 1.0)
         except asyncio.TimeoutError:
             res = ToolResult(f"[tool {tool} timed out after {timeout:g} s]", ok=False, error="timeout")
         except asyncio.CancelledError:
