@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+from ..runtime.deadline import within
 from ..runtime.services import ToolResult
 from .python_exec import OUTPUT_CAP, Launched, SandboxPolicy, dispose, launch, read_report
 
@@ -81,7 +82,7 @@ class PythonSession:
             run = self._run
             assert run is not None
             try:
-                status, body, more = await asyncio.wait_for(self._exchange(run, code), timeout)
+                status, body, more = await within(self._exchange(run, code), timeout)
             except asyncio.TimeoutError:
                 return await self._end(f"[timed out after {timeout:g} s: the session was stopped]", "timeout")
             except (ConnectionError, EOFError, ValueError, KeyError, TypeError) as exc:
