@@ -43,6 +43,10 @@ class ModelRenderers:
             model = next(iter(models)) if len(models) == 1 else POLICY
             modes = {node_completion(plan, n, n.llm) for n in users if not n.dynamic_model}
             self._threads[name] = (model, modes == {True})
+        for name in plan.models:  # decoding tables built now, with the executor, never inside a rollout's time
+            warm = getattr(endpoints.renderer(name), "warm", None)
+            if warm is not None:
+                warm()
 
     def for_model(self, model: str, completion: bool | None = None) -> ChatRenderer:
         """The model's renderer; `completion` None: the model's own mode."""

@@ -128,3 +128,23 @@ def test_chat_renderer_decodes_through_the_table_and_falls_back(tok):
     assert r.variant(template_kwargs={"enable_thinking": False})._bytes is r._bytes  # shared, built once
     unknown = [*ids[:5], len(tok) + 3]  # past the vocabulary: the tokenizer's own answer
     assert r.decode(unknown) == _ref(tok, unknown)
+
+
+def test_one_table_per_tokenizer_object_built_with_the_executor(tok, tmp_path):
+    """Renderers on one tokenizer share its table; an executor builds it when it is made, so no
+    rollout pays for it inside its time limit (a first decode took ~0.3 s of a 0.5 s limit in CI)."""
+    from graphrl.compilers.lower import plan_from_path
+    from graphrl.rewards.scorer import RewardBox
+    from graphrl.runtime.executor import Executor
+    from graphrl.runtime.services import StaticEndpoints
+    from graphrl.tools.registry import ToolBox
+
+    assert ByteDecoder.for_tokenizer(tok) is ByteDecoder.for_tokenizer(tok)
+    graph = tmp_path / "g.yaml"
+    graph.write_text("name: g\nnodes:\n  a: {llm: policy, prompt: [user: hi]}\n", encoding="utf-8")
+    plan, diags = plan_from_path(graph)
+    assert plan is not None, diags
+    r = ChatRenderer(tok)
+    assert r._bytes == []
+    Executor(plan, StaticEndpoints({"policy": object()}, r), tools=ToolBox([tmp_path]), rewards=RewardBox([tmp_path]))
+    assert r._bytes == [ByteDecoder.for_tokenizer(tok)]
