@@ -92,17 +92,17 @@ def _install(exchange: CannedExchange) -> None:
     from graphrl.engines._json import dumps
 
     from .baselines import common
+    from .client import _host_port
 
     async def post_generate(self: Any, body_obj: dict, rid: str, session_id: str | None) -> bytes:
         dumps(body_obj)  # what the real method sends
         judge = body_obj["sampling_params"].get("temperature") == 0.0
-        return exchange.reply(int(self.url.rsplit(":", 1)[1]), session_id, judge)
+        return exchange.reply(_host_port(self.url)[1], session_id, judge)
 
     async def post(url: str, payload: dict, session_id: str | None = None) -> dict:
         orjson.dumps(payload)
         judge = payload["sampling_params"].get("temperature") == 0.0
-        port = int(url.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
-        return orjson.loads(exchange.reply(port, session_id, judge))
+        return orjson.loads(exchange.reply(_host_port(url)[1], session_id, judge))
 
     sglang.SGLangEngine._post_generate = post_generate  # type: ignore[method-assign]
     common.post = post

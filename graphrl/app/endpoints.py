@@ -63,15 +63,12 @@ def build_endpoints(
             engines[name] = (
                 SGLangEngine(overrides[name], timeout_s=decl.timeout_s or timeout_s) if name in overrides else local
             )
-        local_renderer = ChatRenderer(hf_tok, vocab_size=local.vocab_size)
-        local_renderer.warm()  # the decoding table now, not in the first rollout's time
-        return endpoints_for_plan(plan, engines, local_renderer)
+        return endpoints_for_plan(plan, engines, ChatRenderer(hf_tok, vocab_size=local.vocab_size))
     if engine != "sglang":
         raise WiringError(f"unknown engine {engine!r}: use local or sglang")
 
     spec = tokenizer or "qwen"
     renderer = ChatRenderer(resolve_tokenizer(spec), vocab_size=embedding_rows(spec))
-    renderer.warm()  # the decoding table now, not in the first rollout's time
     for name, decl in plan.models.items():
         target = overrides.get(name) or (url if name == POLICY else decl.url)
         if target is None:

@@ -6,8 +6,9 @@ Input: a Hugging Face tokenizer (its `backend_tokenizer`, a `tokenizers.Tokenize
 Why: a byte-level BPE tokenizer (GPT-2, Qwen, Llama 3) decodes by mapping every token to its bytes
 and reading the bytes as UTF-8, invalid sequences replaced by U+FFFD. The runtime decodes every
 engine output (and slime's response text once per sample); through `tokenizers` that costs a
-call into Rust, a list copy and a token-string pass, ~30-50 us per output. A table of each id's
-bytes makes it `b"".join(...)` and one UTF-8 decode, a few us.
+call into Rust, a list copy and a token-string pass. A table of each id's bytes makes it
+`b"".join(...)` and one UTF-8 decode: the 3,327 decodes of one ToolOrchestra benchmark cell,
+replayed, take 18 ms instead of 75 (about 5 us each instead of 22).
 
 Invariants:
 - Only the decoder `tokenizers.decoders.ByteLevel` alone is mirrored (`add_prefix_space`,

@@ -193,7 +193,7 @@ class ChatRenderer:
 
     def warm(self) -> None:
         """Build now what the first decode would build (the byte table, ~0.1-0.3 s), so that it is not
-        paid inside a rollout's time limit; the slime target and `graphrl run` call it when wiring."""
+        paid inside a rollout's time limit; an executor calls it for its models' renderers when it is made."""
         if self._backend is not None and not self._bytes:
             self._bytes.append(ByteDecoder.for_tokenizer(self.tokenizer))
 
@@ -272,11 +272,7 @@ class ChatThread:
         self._r = renderer
         self._tools = template_tools(tools)  # this thread's own copy, never changed:
         # its JSON lines for the native ChatML renderer are made once, not at every render
-        self._tools_text = (
-            chatml_native.tools_json(self._tools)
-            if self._tools and getattr(renderer.template, "native", False)
-            else None
-        )
+        self._tools_text = chatml_native.tools_json(self._tools) if self._tools and renderer.template.native else None
         self._vars = plain(dict(variables or {}))
         self._messages: list[dict[str, Any]] = []
         self._pending: list[dict[str, Any]] = [template_message(m) for m in messages]
@@ -455,16 +451,12 @@ class ChatThread:
 
     # -- internals -------------------------------------------------------------------------------
     def _render(self, messages: list[dict[str, Any]], generation_prompt: bool = True) -> str:
-        if self._tools_text is not None:  # a TemplateRenderer rendering ChatML natively
-            return self._r.template.render(
-                messages,
-                tools=self._tools,
-                add_generation_prompt=generation_prompt,
-                variables=self._vars,
-                tools_text=self._tools_text,
-            )
         return self._r.template.render(
-            messages, tools=self._tools, add_generation_prompt=generation_prompt, variables=self._vars
+            messages,
+            tools=self._tools,
+            add_generation_prompt=generation_prompt,
+            variables=self._vars,
+            tools_text=self._tools_text,
         )
 
     def _truncate(self, budget: int) -> ThreadDelta:

@@ -493,6 +493,7 @@ def _str_or_none(value: Any) -> str | None:
 
 def _field(node: Any, name: str) -> Any:
     """`node.name`, None for a node kind without that field (no AttributeError raised and caught:
-    pydantic's __getattr__ makes that ~50x a plain lookup, and it ran on every visit)."""
+    through pydantic's __getattr__ that costs 2.2 us on a switch node against 0.1 us here, `timeit`,
+    and it ran on every visit)."""
     values = getattr(node, "__dict__", None)  # a pydantic model keeps its field values there
     return values.get(name) if values is not None else getattr(node, name, None)

@@ -141,8 +141,6 @@ class SlimeTarget:
         renderers = {
             name: ChatRenderer(load(tok), vocab_size=embedding_rows(tok)) for name, tok in cfg.tokenizers.items()
         }
-        for r in (renderer, *renderers.values()):
-            r.warm()  # the decoding table now, not in the first rollout's time limit
         engines = {name: self._engine_factory(name, url, cfg) for name, url in cfg.urls.items()}
         self._wired = _Wired(cfg, endpoints_for_plan(plan, engines, renderer, renderers=renderers))
         return self._wired
