@@ -29,6 +29,33 @@ PROGRAMS = [
     ("import os\nprint(sorted(os.listdir('.')), os.getcwd().startswith('/tmp/graphrl-py-'))", None, 5),
     ("import resource\nprint(resource.getrlimit(resource.RLIMIT_CPU))", None, 7),
     ("blob = bytearray(4 << 30)", None, 5),
+    # the program runs in the warm sandbox's own interpreter: nothing of the waiter may show
+    (
+        "import sys\nprint(sorted(globals()), __name__, __doc__, __package__, __spec__, __cached__)\n"
+        "print(__file__, sys.argv, sys.orig_argv[1:], type(__loader__).__name__, __loader__.name)\n"
+        "print(sorted(sys.modules))",
+        None,
+        5,
+    ),
+    ('"""doc"""\nx: int = 1\nprint(__doc__, __annotations__, x)', None, 5),
+    ("x = (\n", None, 5),
+    ("x = 1\0", None, 5),
+    ("# -*- coding: latin-1 -*-\nprint('caf\xe9')", None, 5),
+    (
+        "def f():\n    raise KeyError('k')\ntry:\n    f()\nexcept KeyError as e:\n    raise RuntimeError('wrapped') from e",
+        None,
+        5,
+    ),
+    ("import sys\nsys.excepthook = lambda *a: print('hook', a[0].__name__)\n1/0", None, 5),
+    (
+        "import atexit, threading, time\natexit.register(print, 'at exit')\n"
+        "threading.Thread(target=lambda: (time.sleep(0.2), print('thread'))).start()\nprint('main')",
+        None,
+        5,
+    ),
+    ("raise KeyboardInterrupt", None, 5),
+    ("raise SystemExit('bye')", None, 5),
+    ("import traceback\ntry:\n    {}['missing']\nexcept KeyError:\n    traceback.print_exc()\nprint('after')", None, 5),
 ]
 
 
