@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
+import os
 import statistics
 import sys
 import time
@@ -57,14 +59,35 @@ def _sandboxed(policy: SandboxPolicy | None, warm: bool = False):
     return call
 
 
-async def _measure(call, calls: int, gap: float, concurrency: int) -> tuple[float, float, float]:
+def _busy_s() -> float:
+    """Seconds of CPU the whole machine has spent busy (all cores), from /proc/stat; NaN elsewhere."""
+    try:
+        with open("/proc/stat") as f:
+            ticks = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return float("nan")
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # less idle and iowait
+
+
+async def _idle_rate(span: float = 2.0) -> float:
+    """The machine's busy CPU seconds per second with nothing of ours running."""
+    b0, t0 = _busy_s(), time.perf_counter()
+    await asyncio.sleep(span)
+    return (_busy_s() - b0) / (time.perf_counter() - t0)
+
+
+async def _measure(call, calls: int, gap: float, concurrency: int, idle: float) -> tuple[float, float, float, float]:
     await call()  # warm-up (and bubblewrap's one-time probe; a pool's first sandboxes)
+    await asyncio.sleep(0.5)
     walls = []
+    b0, t0 = _busy_s(), time.perf_counter()
     for _ in range(calls):
         await asyncio.sleep(gap)
-        t0 = time.perf_counter()
+        t1 = time.perf_counter()
         await call()
-        walls.append(time.perf_counter() - t0)
+        walls.append(time.perf_counter() - t1)
+    await asyncio.sleep(0.5)  # a warm pool's refill after the last call is part of its cost
+    cpu = (_busy_s() - b0 - idle * (time.perf_counter() - t0)) / calls
     t0 = time.perf_counter()
     await asyncio.gather(*(call() for _ in range(concurrency)))
     rate = concurrency / (time.perf_counter() - t0)
@@ -72,7 +95,7 @@ async def _measure(call, calls: int, gap: float, concurrency: int) -> tuple[floa
     if close is not None:
         await close()
     walls.sort()
-    return statistics.median(walls), walls[int(0.9 * (len(walls) - 1))], rate
+    return statistics.median(walls), walls[math.ceil(0.9 * len(walls)) - 1], rate, cpu
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,15 +112,20 @@ def main(argv: list[str] | None = None) -> int:
         rows += [("bubblewrap", _sandboxed(SandboxPolicy(backend="bubblewrap")))]
         rows += [("bubblewrap strict", _sandboxed(SandboxPolicy(backend="bubblewrap", strict=True)))]
         rows += [("bubblewrap warm", _sandboxed(SandboxPolicy(backend="bubblewrap", warm=WARM_SANDBOXES), warm=True))]
-    results = [(name, asyncio.run(_measure(fn, a.calls, a.gap, a.concurrency))) for name, fn in rows]
+    idle = asyncio.run(_idle_rate())
+    results = [(name, asyncio.run(_measure(fn, a.calls, a.gap, a.concurrency, idle))) for name, fn in rows]
     warm_counts = {name: fn.served[0] for name, fn in rows if hasattr(fn, "served") and "warm" in name}
     base = results[0][1][0]
     print(
         f"python tool per call: {a.calls} sequential calls of {CODE!r} {a.gap:g} s apart, then {a.concurrency} at once"
     )
-    print(f"{'backend':<22} {'median ms':>10} {'p90 ms':>8} {'calls/s @' + str(a.concurrency):>13} {'x bare':>7}")
-    for name, (med, p90, rate) in results:
-        print(f"{name:<22} {med * 1e3:>10.1f} {p90 * 1e3:>8.1f} {rate:>13.1f} {med / base:>7.2f}")
+    head = f"{'backend':<22} {'median ms':>10} {'p90 ms':>8} {'calls/s @' + str(a.concurrency):>13} {'x bare':>7}"
+    print(f"{head} {'CPU ms/call':>12} {'x bare':>7}")
+    base_cpu = results[0][1][3]
+    for name, (med, p90, rate, cpu) in results:
+        line = f"{name:<22} {med * 1e3:>10.1f} {p90 * 1e3:>8.1f} {rate:>13.1f} {med / base:>7.2f}"
+        print(f"{line} {cpu * 1e3:>12.1f} {cpu / base_cpu:>7.2f}")
+    print(f"machine idle before the runs: {idle * 1e3:.0f} ms of CPU per second (subtracted)")
     for name, n in warm_counts.items():
         print(f"{name}: {n} of {a.calls + a.concurrency + 1} calls served by a warm sandbox")
     return 0
