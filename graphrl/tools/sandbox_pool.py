@@ -2,8 +2,9 @@
 
 Input: a `SandboxPolicy` and a size. Output: `take(policy)` hands out a sandbox that was started
 ahead of time (launcher or bubblewrap, namespaces, mounts, cgroups, limits, seccomp all in place)
-and waits in `python_exec.WAITER` for its code; the call then execs a fresh `python -I main.py` in
-it, exactly as a cold call would. None when none is ready (the caller starts one itself).
+and waits in `python_exec.WAITER` (a fresh `python -I main.py`, already started) for its code; the
+call then runs it in that interpreter as `__main__`, as a cold call would run it in its own. None when
+none is ready (the caller starts one itself).
 
 Invariants: a warm sandbox serves one call and is never reused (no state crosses calls); only calls
 whose policy equals the pool's are served; at most `size` are ready or starting; they belong to the
