@@ -151,6 +151,34 @@ async def dispose(run: Launched, finished: asyncio.Task | None = None) -> None:
             await _remove_cgroup(group["path"])
 
 
+async def await_report(run: Launched) -> dict:
+    """Wait until the launcher has written its report -- end of file on the pipe, every write end
+    closed, which it does before anything of the code runs -- and keep it on `run`."""
+    if run.report is None and run.report_r >= 0:
+        loop = asyncio.get_running_loop()
+        fd, chunks, done = run.report_r, [], loop.create_future()
+        os.set_blocking(fd, False)
+
+        def readable() -> None:
+            try:
+                while chunk := os.read(fd, 1 << 16):
+                    chunks.append(chunk)
+            except BlockingIOError:
+                return
+            except OSError:
+                pass
+            if not done.done():
+                done.set_result(None)
+
+        loop.add_reader(fd, readable)
+        try:
+            await done
+        finally:
+            loop.remove_reader(fd)
+        run.report = _parse_report(b"".join(chunks))
+    return read_report(run)
+
+
 def read_report(run: Launched) -> dict:
     """The launcher's report (read once, when the program has started; kept on `run`)."""
     if run.report is None and run.report_r >= 0:
@@ -172,12 +200,16 @@ class WarmSource(Protocol):
 # CPU limit to that, writes the code as main.py over itself and runs it in this same, fresh interpreter
 # as the `__main__` module (the globals hold only what `python -I main.py` starts with: the waiter's
 # one name is deleted first, `resource` leaves `sys.modules`), so the call pays no second interpreter
-# start. An uncaught exception is printed without the waiter's frame and exits 1, a syntax error
-# likewise; SystemExit and everything else is the interpreter's own handling (code holding a NUL
-# byte execs a fresh `python -I main.py`: the parser words that error differently for a file). The rest of stdin is the
-# program's. What differs from a cold call: one extra outer frame seen by `inspect.stack()` and the like.
+# start. The rest of stdin is the program's. Code that does not compile execs a fresh `python -I
+# main.py` (the file parser words its errors differently from `compile()`). An uncaught exception is
+# handled as the interpreter does: both streams flushed, `sys.excepthook` called (a broken hook gets the
+# interpreter's two-part message), without the waiter's frame, exit status 1; a bare KeyboardInterrupt
+# goes back to the interpreter, which finalizes and dies by SIGINT. The names the waiter uses after the
+# program has run are bound as defaults, so a program that rebinds `type` or `SystemExit` changes
+# nothing. What differs from a cold call: two outer frames (docs/sandbox.md lists what that shows).
 WAITER = r"""
-def _serve():
+def _serve(exec=exec, compile=compile, type=type, BaseException=BaseException, SystemExit=SystemExit,
+           KeyboardInterrupt=KeyboardInterrupt, TB=BaseException.__dict__["__traceback__"]):
     import os, sys
     main = sys.modules["__main__"].__dict__
     del main["_serve"]
@@ -205,19 +237,39 @@ def _serve():
     cap = lambda x, lim: x if lim == resource.RLIM_INFINITY else min(x, lim)
     resource.setrlimit(resource.RLIMIT_CPU, (cap(limit, soft), cap(limit + 1, hard)))
     del sys.modules["resource"], resource, use, soft, hard, cap, head, take
-    if b"\0" in code:  # the parser's message for a file differs from compile()'s: run it as a file
+    try:
+        code = compile(code, main["__file__"], "exec")
+    except (SyntaxError, ValueError, MemoryError, RecursionError):  # the parser's own words, from a file
         os.execv(sys.executable, [sys.executable, "-I", "main.py"])
     try:
-        exec(compile(code, main["__file__"], "exec"), main)
+        exec(code, main)
     except SystemExit:
         raise
     except BaseException as exc:
-        exc.__traceback__ = exc.__traceback__.tb_next  # without this frame (None: compile's syntax error)
-        sys.excepthook(type(exc), exc, exc.__traceback__)
-        if isinstance(exc, KeyboardInterrupt):
-            import signal
-            signal.signal(signal.SIGINT, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGINT)
+        del code
+        tb = TB.__get__(exc)
+        TB.__set__(exc, tb.tb_next if tb is not None else None)  # without this frame
+        for name in ("stderr", "stdout"):  # as the interpreter does before printing
+            try:
+                sys.__dict__[name].flush()
+            except BaseException:
+                pass
+        try:
+            if "excepthook" not in sys.__dict__:
+                sys.__dict__["stderr"].write("sys.excepthook is missing\n")
+                sys.__excepthook__(type(exc), exc, TB.__get__(exc))
+            else:
+                sys.__dict__["excepthook"](type(exc), exc, TB.__get__(exc))
+        except BaseException as err:  # the hook failed: its error, then the original
+            TB.__set__(err, TB.__get__(err).tb_next)
+            err.__suppress_context__ = True
+            sys.__dict__["stderr"].write("Error in sys.excepthook:\n")
+            sys.__excepthook__(type(err), err, None)
+            sys.__dict__["stderr"].write("\nOriginal exception was:\n")
+            sys.__excepthook__(type(exc), exc, TB.__get__(exc))
+        if type(exc) is KeyboardInterrupt:  # the interpreter's own exit: finalization, then SIGINT
+            sys.excepthook = lambda *a: None
+            raise
         raise SystemExit(1) from None
 _serve()
 """
@@ -238,11 +290,11 @@ async def run_python(
     policy = policy or SandboxPolicy()
     cpu_s = max(1, int(timeout) + 1)
     feed = stdin.encode("utf-8") if stdin else b""
+    raw = code.encode("utf-8")  # before a warm sandbox is taken: code that cannot be encoded fails here
     run = await warm.take(policy) if warm is not None and isolate else None
     if run is None:
         run = await launch(code, cpu_s=cpu_s, policy=policy, isolate=isolate)
     else:
-        raw = code.encode("utf-8")
         feed = b"%d %d\n" % (cpu_s, len(raw)) + raw + feed
         report = read_report(run)  # the waiter lowers the CPU limit to this call's before it runs
         if "cpu_s" in report.get("rlimits", {}):
@@ -339,6 +391,10 @@ def _read_report(fd: int) -> dict:
             data += chunk
     except BlockingIOError:
         pass
+    return _parse_report(data)
+
+
+def _parse_report(data: bytes) -> dict:
     try:  # written by the launcher (the same interpreter) before any of the code ran
         report = marshal.loads(data) if data else {"launcher": False, "errors": ["no report: the launcher failed"]}
     except (EOFError, ValueError, TypeError):

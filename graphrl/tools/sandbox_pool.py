@@ -21,9 +21,11 @@ import shutil
 import signal
 import time
 
-from .python_exec import WAITER, Launched, dispose, launch
+from ..runtime.deadline import within
+from .python_exec import WAITER, Launched, await_report, dispose, launch
 from .sandbox_host import SandboxPolicy, rmdir
 
+REPORT_WAIT_S = 30.0  # a launcher reports within milliseconds; one that does not is given up
 POOL_CPU_S = 3600  # a waiting sandbox uses no CPU; the call lowers this to its own limit before it runs
 
 
@@ -75,6 +77,17 @@ class SandboxPool:
             run = await launch(WAITER, cpu_s=POOL_CPU_S, policy=self.policy)
         except (OSError, ValueError):
             return  # the next call starts its own sandbox and reports what failed
+        try:  # ready once its launcher has reported (a call taking it earlier would find no report)
+            report = await within(await_report(run), REPORT_WAIT_S)
+        except asyncio.CancelledError:  # close()
+            await dispose(run)
+            raise
+        except (asyncio.TimeoutError, TimeoutError, OSError):  # a launcher that never reported
+            await dispose(run)
+            return
+        if not report.get("launcher") or run.proc.returncode is not None:
+            await dispose(run)  # the launcher failed: the next call starts its own and reports why
+            return
         if self._closed:
             await dispose(run)
         else:

@@ -56,6 +56,19 @@ PROGRAMS = [
     ("raise KeyboardInterrupt", None, 5),
     ("raise SystemExit('bye')", None, 5),
     ("import traceback\ntry:\n    {}['missing']\nexcept KeyError:\n    traceback.print_exc()\nprint('after')", None, 5),
+    # found by review: buffered output before the traceback, finalization on KeyboardInterrupt, the
+    # waiter's own names shadowed by the program's, broken hooks, an unknown encoding
+    ("print('first')\n1/0", None, 5),
+    ("print('buffered')\nimport atexit\natexit.register(print, 'at exit')\nraise KeyboardInterrupt", None, 5),
+    ("class K(KeyboardInterrupt):\n    pass\nraise K", None, 5),
+    ("type = 'x'\n1/0", None, 5),
+    ("class SystemExit(Exception):\n    pass\nimport sys\nsys.exit(3)", None, 5),
+    ("BaseException = None\nraise ValueError(1)", None, 5),
+    ("import sys\nsys.excepthook = None\n1/0", None, 5),
+    ("import sys\ndef h(*a):\n    raise RuntimeError('hook')\nsys.excepthook = h\n1/0", None, 5),
+    ("import sys\ndel sys.excepthook\n1/0", None, 5),
+    ("class E(Exception):\n    __traceback__ = property(lambda s: None)\nraise E", None, 5),
+    ("# coding: foo\nprint(1)", None, 5),
 ]
 
 
@@ -155,3 +168,45 @@ def test_a_toolbox_pool_belongs_to_its_loop_and_ends_with_it():
     assert first.ok and second.ok
     assert pools[0] is not pools[1] and pools[0].closed and pools[1].closed
     assert box._pools.opened == 2
+
+
+def test_a_warm_sandbox_is_ready_only_once_its_launcher_has_reported():
+    """A sandbox joins the pool after its report is in: a call taking it at once gets the real report
+    (before, one taken within milliseconds of its start read an empty pipe: "no report")."""
+    policy = SandboxPolicy(backend="launcher", warm=2)
+
+    async def go():
+        pool = SandboxPool(policy, 2)
+        await pool.take(policy)
+        for _ in range(500):
+            if pool._ready:
+                break
+            await asyncio.sleep(0.01)
+        first = list(pool._ready)
+        res = await run_python("print(1)", policy=policy, warm=pool)
+        await pool.close()
+        return first, res
+
+    first, res = asyncio.run(go())
+    assert first and all(run.report is not None and run.report["launcher"] for run in first)
+    assert res.ok and res.data["sandbox"]["launcher"] and res.data["sandbox"]["capabilities_dropped"]
+
+
+def test_code_that_cannot_be_encoded_fails_before_a_warm_sandbox_is_taken():
+    """A lone surrogate (possible in a JSON tool argument) raises as a cold call does, and the warm
+    sandbox it would have used stays in the pool instead of leaking."""
+    policy = SandboxPolicy(backend="launcher", warm=1)
+
+    async def go():
+        pool = SandboxPool(policy, 1)
+        await pool.take(policy)
+        await asyncio.sleep(0.5)
+        ready = list(pool._ready)
+        with pytest.raises(UnicodeEncodeError):
+            await run_python("print('\ud800')", policy=policy, warm=pool)
+        after = list(pool._ready)
+        await pool.close()
+        return ready, after
+
+    ready, after = asyncio.run(go())
+    assert len(ready) == 1 and after == ready
