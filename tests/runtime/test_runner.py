@@ -224,6 +224,16 @@ def sglang_stub(tok):
     stub.close()
 
 
+# Ctrl-C as a terminal sends it: a shell with job control starts a program with SIGINT's default
+# action, but a test suite run from a non-interactive background job (`cmd &` in a script) inherits it
+# ignored, and Python then keeps ignoring it. The child resets it before it execs the command.
+_SIGINT_DEFAULT = [
+    sys.executable,
+    "-c",
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])",
+]
+
+
 def _cli(kit, url, out, data):
     cmd = [
         str(Path(sys.executable).with_name("graphrl")),
@@ -246,7 +256,12 @@ def _cli(kit, url, out, data):
         "--quiet",
     ]
     return subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=kit.dir, start_new_session=True
+        [*_SIGINT_DEFAULT, *cmd],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=kit.dir,
+        start_new_session=True,
     )
 
 

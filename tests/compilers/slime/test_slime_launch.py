@@ -106,10 +106,20 @@ def _calls(env):
     return [json.loads(line) for line in env["log"].read_text().splitlines()] if env["log"].exists() else []
 
 
+# Ctrl-C as a terminal sends it: a shell with job control starts a program with SIGINT's default
+# action, but a test suite run from a non-interactive background job (`cmd &` in a script) inherits it
+# ignored, and Python then keeps ignoring it. The child resets it before it execs the command.
+_SIGINT_DEFAULT = [
+    sys.executable,
+    "-c",
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])",
+]
+
+
 def _spawn(env, argv, submit="ok"):
     path = f"{env['bin']}{os.pathsep}{os.environ['PATH']}"
     return subprocess.Popen(
-        [sys.executable, "-m", "graphrl.cli", *argv],
+        [*_SIGINT_DEFAULT, sys.executable, "-m", "graphrl.cli", *argv],
         cwd=REPO,
         text=True,
         stdout=subprocess.PIPE,
