@@ -156,18 +156,12 @@ async def await_report(run: Launched) -> dict:
     closed, which it does before anything of the code runs -- and keep it on `run`."""
     if run.report is None and run.report_r >= 0:
         loop = asyncio.get_running_loop()
-        fd, chunks, done = run.report_r, [], loop.create_future()
+        fd, done = run.report_r, loop.create_future()
+        chunks: list[bytes] = []
         os.set_blocking(fd, False)
 
         def readable() -> None:
-            try:
-                while chunk := os.read(fd, 1 << 16):
-                    chunks.append(chunk)
-            except BlockingIOError:
-                return
-            except OSError:
-                pass
-            if not done.done():
+            if _drain_fd(fd, chunks) and not done.done():
                 done.set_result(None)
 
         loop.add_reader(fd, readable)
@@ -385,13 +379,21 @@ async def _stop(proc: asyncio.subprocess.Process, finished: asyncio.Task | None)
 
 def _read_report(fd: int) -> dict:
     os.set_blocking(fd, False)
-    data = b""
+    chunks: list[bytes] = []
+    _drain_fd(fd, chunks)
+    return _parse_report(b"".join(chunks))
+
+
+def _drain_fd(fd: int, chunks: list[bytes]) -> bool:
+    """Read what a non-blocking pipe holds into `chunks`; True at end of file (or an error)."""
     try:
         while chunk := os.read(fd, 1 << 16):
-            data += chunk
+            chunks.append(chunk)
     except BlockingIOError:
+        return False
+    except OSError:
         pass
-    return _parse_report(data)
+    return True
 
 
 def _parse_report(data: bytes) -> dict:
