@@ -284,25 +284,35 @@ def _drop_capabilities(report):
         report["errors"].append(f"capabilities: {exc}")
 
 
-def _limits(cfg, report):
-    applied = {}
-    for name, res, value in (
-        ("cpu_s", resource.RLIMIT_CPU, cfg["cpu_s"]),
-        ("memory_bytes", resource.RLIMIT_AS, cfg["memory_bytes"]),
-        ("file_bytes", resource.RLIMIT_FSIZE, cfg["file_bytes"]),
-        ("processes", resource.RLIMIT_NPROC, cfg["max_procs"]),
-        ("core_bytes", resource.RLIMIT_CORE, 0),
-    ):
-        try:
-            hard = value + 1 if name == "cpu_s" else value  # SIGXCPU at the soft limit, SIGKILL at the hard one
-            resource.setrlimit(res, (value, hard))
-            applied[name] = value
-        except (ValueError, OSError) as exc:
-            report["errors"].append(f"rlimit {name}: {exc}")
+def rlimit_values(cfg):
+    """(report name, resource, soft, hard) of every limit a call gets: SIGXCPU at the soft CPU limit,
+    SIGKILL one second later at the hard one."""
+    return (
+        ("cpu_s", resource.RLIMIT_CPU, cfg["cpu_s"], cfg["cpu_s"] + 1),
+        ("memory_bytes", resource.RLIMIT_AS, cfg["memory_bytes"], cfg["memory_bytes"]),
+        ("file_bytes", resource.RLIMIT_FSIZE, cfg["file_bytes"], cfg["file_bytes"]),
+        ("processes", resource.RLIMIT_NPROC, cfg["max_procs"], cfg["max_procs"]),
+        ("core_bytes", resource.RLIMIT_CORE, 0, 0),
+    )
+
+
+def limits_applied(cfg, report, applied):
+    """Record the applied limits; RLIMIT_NPROC counts the processes of the real uid, so it binds only
+    when that uid is not root (and no pids cgroup already does)."""
     report["rlimits"] = applied
-    # RLIMIT_NPROC counts the processes of the real uid; it binds only when that uid is not root
     if report["process_limit"] is None and "processes" in applied and not cfg["real_root"]:
         report["process_limit"] = f"rlimit:{cfg['max_procs']}"
+
+
+def _limits(cfg, report):
+    applied = {}
+    for name, res, soft, hard in rlimit_values(cfg):
+        try:
+            resource.setrlimit(res, (soft, hard))
+            applied[name] = soft
+        except (ValueError, OSError) as exc:
+            report["errors"].append(f"rlimit {name}: {exc}")
+    limits_applied(cfg, report, applied)
 
 
 def _wait_for(pid):
@@ -330,10 +340,7 @@ def _join_cgroups(cfg, report):
         except OSError as exc:
             report["errors"].append(f"{group['kind']} cgroup: {exc}")
             continue
-        if group["kind"] in ("pids", "unified"):
-            report["process_limit"] = f"cgroup:{cfg['max_procs']}"
-        if group["kind"] in ("memory", "unified"):
-            report["memory_limit"] = f"cgroup:{cfg['memory_bytes']}"
+        cgroup_joined(cfg, report, group)
 
 
 def _exec_bubblewrap(cfg, report, report_fd):
@@ -365,17 +372,9 @@ def _exec_bubblewrap(cfg, report, report_fd):
         os._exit(126)
 
 
-def main():
-    cfg = marshal.loads(bytes.fromhex(sys.argv[1]))
-    # L0 dies with the graphrl process that started it (SIGKILL included): then L1 gets its own
-    # PDEATHSIG and, as pid 1 of the namespace, takes every process of the run with it. A parent
-    # that died before the prctl took effect is seen as a changed parent pid.
-    _die_with_parent()
-    if cfg.get("parent_pid") and os.getppid() != cfg["parent_pid"]:
-        os._exit(137)
-    report_fd = cfg["report_fd"]
-    backend = cfg.get("backend", "launcher")
-    report = {
+def new_report(backend, memory_bytes):
+    """The report before any step: nothing held yet."""
+    return {
         "launcher": True,
         "backend": backend,
         "strict_root": False,
@@ -389,11 +388,32 @@ def main():
         "capabilities_dropped": False,
         "unix_sockets_blocked": False,
         "process_limit": None,
-        "memory_limit": f"rlimit-per-process:{cfg['memory_bytes']}",
+        "memory_limit": f"rlimit-per-process:{memory_bytes}",
         "disk_limit": None,
         "rlimits": {},
         "errors": [],
     }
+
+
+def cgroup_joined(cfg, report, group):
+    """What joining `group` (one of the call's cgroups) guarantees."""
+    if group["kind"] in ("pids", "unified"):
+        report["process_limit"] = f"cgroup:{cfg['max_procs']}"
+    if group["kind"] in ("memory", "unified"):
+        report["memory_limit"] = f"cgroup:{cfg['memory_bytes']}"
+
+
+def main():
+    cfg = marshal.loads(bytes.fromhex(sys.argv[1]))
+    # L0 dies with the graphrl process that started it (SIGKILL included): then L1 gets its own
+    # PDEATHSIG and, as pid 1 of the namespace, takes every process of the run with it. A parent
+    # that died before the prctl took effect is seen as a changed parent pid.
+    _die_with_parent()
+    if cfg.get("parent_pid") and os.getppid() != cfg["parent_pid"]:
+        os._exit(137)
+    report_fd = cfg["report_fd"]
+    backend = cfg.get("backend", "launcher")
+    report = new_report(backend, cfg["memory_bytes"])
     cfg["real_root"] = os.getuid() == 0
     _join_cgroups(cfg, report)
     if backend == "bubblewrap":

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ..runtime.services import ToolResult
+from . import sandbox_shell
 from .sandbox_host import (
     MEMORY_BYTES,
     SandboxPolicy,
@@ -76,6 +77,8 @@ class Launched:
     report_r: int
     policy: SandboxPolicy
     report: dict | None = None
+    # a shell launch (`sandbox_shell`): the report as the parent knows it, completed from the pipe
+    shell: tuple[dict, dict] | None = None  # (report so far, config)
 
 
 async def launch(code: str, *, cpu_s: int, policy: SandboxPolicy, isolate: bool = True) -> Launched:
@@ -108,9 +111,29 @@ async def launch(code: str, *, cpu_s: int, policy: SandboxPolicy, isolate: bool 
             "parent_pid": os.getpid(),
             "env": env,
         }
+        shell = None
         if backend == "bubblewrap":
             cfg["bwrap"] = shutil.which("bwrap")
             cfg["bwrap_args"], cfg["bwrap_claims"] = bubblewrap_args(workdir, env, policy, python)
+            tools = sandbox_shell.available()
+            if tools is not None:
+                shell = sandbox_shell.prepare(cfg, tools)
+        if shell is not None:  # sh -> prlimit -> bwrap: the shell's stderr is the report pipe
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    *shell.argv,
+                    cwd=workdir,
+                    env=dict(_ENV),
+                    stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=report_w,
+                    start_new_session=True,
+                    pass_fds=shell.pass_fds,
+                )
+            finally:
+                for fd in shell.pass_fds:
+                    os.close(fd)
+            return Launched(proc, workdir, cgroups, report_r, policy, shell=(shell.report, cfg))
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-I",
@@ -169,14 +192,14 @@ async def await_report(run: Launched) -> dict:
             await done
         finally:
             loop.remove_reader(fd)
-        run.report = _parse_report(b"".join(chunks))
+        run.report = _parse_report(run, b"".join(chunks))
     return read_report(run)
 
 
 def read_report(run: Launched) -> dict:
     """The launcher's report (read once, when the program has started; kept on `run`)."""
     if run.report is None and run.report_r >= 0:
-        run.report = _read_report(run.report_r)
+        run.report = _read_report(run)
     return run.report or {"launcher": False, "errors": ["no report"]}
 
 
@@ -377,11 +400,11 @@ async def _stop(proc: asyncio.subprocess.Process, finished: asyncio.Task | None)
         await proc.wait()
 
 
-def _read_report(fd: int) -> dict:
-    os.set_blocking(fd, False)
+def _read_report(run: Launched) -> dict:
+    os.set_blocking(run.report_r, False)
     chunks: list[bytes] = []
-    _drain_fd(fd, chunks)
-    return _parse_report(b"".join(chunks))
+    _drain_fd(run.report_r, chunks)
+    return _parse_report(run, b"".join(chunks))
 
 
 def _drain_fd(fd: int, chunks: list[bytes]) -> bool:
@@ -396,7 +419,9 @@ def _drain_fd(fd: int, chunks: list[bytes]) -> bool:
     return True
 
 
-def _parse_report(data: bytes) -> dict:
+def _parse_report(run: Launched, data: bytes) -> dict:
+    if run.shell is not None:  # lines from the shell, completing what the parent knew
+        return sandbox_shell.finish_report(*run.shell, data)
     try:  # written by the launcher (the same interpreter) before any of the code ran
         report = marshal.loads(data) if data else {"launcher": False, "errors": ["no report: the launcher failed"]}
     except (EOFError, ValueError, TypeError):

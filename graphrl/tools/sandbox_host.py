@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from dataclasses import dataclass, replace
 from functools import cache
@@ -228,8 +230,8 @@ def rmdir(path: str) -> bool:
 def sweep_leftovers() -> list[str]:
     """Remove work directories and cgroups whose owning process is gone (a SIGKILLed run's); returns them.
 
-    Their processes died with that run (the launcher's parent-death signal), so only empty cgroups
-    and files remain; a group that still holds a process is left alone (rmdir refuses it)."""
+    Their processes died with that run (the parent-death signal), so almost always only empty cgroups
+    and files remain; a process still in a dead run's cgroup outlived it and is killed first."""
     removed: list[str] = []
     tmp = tempfile.gettempdir()
     try:
@@ -251,9 +253,29 @@ def sweep_leftovers() -> list[str]:
             continue
         for name in groups:
             path = os.path.join(parent, name)
-            if os.path.isdir(path) and _owner_gone(name) and rmdir(path):
+            if os.path.isdir(path) and _owner_gone(name) and (rmdir(path) or _kill_members(path)):
                 removed.append(path)
     return removed
+
+
+def _kill_members(group: str) -> bool:
+    """SIGKILL what is still in a dead run's cgroup (code that outlived it: started in the instant
+    before bubblewrap's parent-death signal was set), then remove the group once it is empty."""
+    try:
+        with open(os.path.join(group, "cgroup.procs")) as f:
+            pids = [int(line) for line in f if line.strip().isdigit()]
+    except OSError:
+        return False
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    for _ in range(50):  # killed processes leave the cgroup once reaped (milliseconds)
+        if rmdir(group):
+            return True
+        time.sleep(0.01)
+    return False
 
 
 def _owner_gone(name: str) -> bool:

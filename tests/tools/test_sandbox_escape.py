@@ -19,20 +19,30 @@ from pathlib import Path
 
 import pytest
 
+from graphrl.tools import sandbox_shell
 from graphrl.tools.python_exec import OUTPUT_CAP, SandboxPolicy, run_python, sandbox_report
 from graphrl.tools.sandbox_host import bubblewrap_works
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/mountinfo").exists(), reason="Linux only")
 
-# every test runs against every backend this machine has (`make test` installs bubblewrap where it can)
-BACKENDS = ["launcher"] + (["bubblewrap"] if Path("/proc/self/mountinfo").exists() and bubblewrap_works() else [])
+# every test runs against every backend this machine has (`make test` installs bubblewrap where it can);
+# bubblewrap twice: started through sh + prlimit (where both exist, the default) and through the Python
+# launcher (the fallback where they do not)
+BWRAP = ["bubblewrap", "bubblewrap-python-launcher"]
+BACKENDS = ["launcher"] + (BWRAP if Path("/proc/self/mountinfo").exists() and bubblewrap_works() else [])
 _policy = {"now": SandboxPolicy(backend="launcher")}
 
 
 @pytest.fixture(scope="module", params=BACKENDS, autouse=True)
-def backend(request) -> str:
-    _policy["now"] = SandboxPolicy(backend=request.param)
-    return request.param
+def backend(request):
+    name = request.param.removesuffix("-python-launcher")
+    _policy["now"] = SandboxPolicy(backend=name)
+    with pytest.MonkeyPatch.context() as mp:
+        if request.param.endswith("-python-launcher"):
+            mp.setattr(sandbox_shell, "available", lambda: None)
+        elif name == "bubblewrap":
+            assert sandbox_shell.available() is not None, "sh and prlimit are on every Debian machine"
+        yield name
 
 
 def py(code: str, timeout: float = 3.0, **kw):

@@ -125,3 +125,31 @@ def test_a_bad_sandbox_setting_stops_graphrl_run_with_exit_2(tmp_path):
     )
     assert done.returncode == 2, done.stderr[-2000:]
     assert "unknown sandbox backend 'docker'" in done.stderr and "Traceback" not in done.stderr
+
+
+@linux
+@pytest.mark.skipif(
+    os.geteuid() != 0
+    or not os.access(sandbox_host.CGROUP_V1["pids"], os.W_OK)
+    and not os.access(sandbox_host.CGROUP_V2, os.W_OK),
+    reason="cgroups are made as root only",
+)
+def test_the_sweep_kills_what_outlived_a_dead_run_in_its_cgroup():
+    dead = _dead_pid()
+    groups = sandbox_host.make_cgroups(SandboxPolicy())
+    assert groups, "root with a writable cgroup hierarchy makes the call's cgroups"
+    named = []
+    for group in groups:  # as if the dead process had made them
+        path = os.path.join(os.path.dirname(group["path"]), f"{dead}-{os.path.basename(group['path'])}-x")
+        os.rename(group["path"], path)
+        named.append(path)
+    orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        for path in named:
+            Path(path, "cgroup.procs").write_text(str(orphan.pid))
+        removed = sandbox_host.sweep_leftovers()
+        assert orphan.wait(5) == -9
+        assert set(named) <= set(removed) and not any(os.path.exists(p) for p in named)
+    finally:
+        if orphan.poll() is None:
+            orphan.kill()

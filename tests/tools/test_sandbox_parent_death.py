@@ -17,7 +17,8 @@ import pytest
 
 from graphrl.tools.sandbox_host import CGROUP_V1, CGROUP_V2, WORKDIR_PREFIX, bubblewrap_works, sweep_leftovers
 
-BACKENDS = ["launcher"] + (["bubblewrap"] if sys.platform == "linux" and bubblewrap_works() else [])
+BWRAP = ["bubblewrap", "bubblewrap-python-launcher"]  # started through sh + prlimit, or the Python launcher
+BACKENDS = ["launcher"] + (BWRAP if sys.platform == "linux" and bubblewrap_works() else [])
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "sleep_token_73154"
 
@@ -50,10 +51,13 @@ def test_sandboxed_code_dies_with_the_run(tmp_path, sig, backend):
     script.write_text(
         textwrap.dedent(f"""
         import asyncio
+        from graphrl.tools import sandbox_shell
         from graphrl.tools.python_exec import SandboxPolicy, run_python
+        if {backend.endswith("-python-launcher")!r}:
+            sandbox_shell.available = lambda: None
         code = "import os, time\\n# {TOKEN}\\n" \\
                "if os.fork() == 0:\\n    os.setsid()\\n    time.sleep(120)\\ntime.sleep(120)\\n"
-        asyncio.run(run_python(code, timeout=110, policy=SandboxPolicy(backend={backend!r})))
+        asyncio.run(run_python(code, timeout=110, policy=SandboxPolicy(backend={backend.removesuffix("-python-launcher")!r})))
     """)
     )
     proc = subprocess.Popen([sys.executable, str(script)], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
