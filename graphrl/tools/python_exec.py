@@ -38,6 +38,7 @@ from .sandbox_host import (
     SandboxPolicy,
     bubblewrap_args,
     bubblewrap_works,
+    kill_members,
     make_cgroups,
     make_workdir,
     resolve_backend,
@@ -120,35 +121,13 @@ async def launch(code: str, *, cpu_s: int, policy: SandboxPolicy, isolate: bool 
                 shell = sandbox_shell.prepare(cfg, tools)
         if shell is not None:  # sh -> prlimit -> bwrap: the shell's stderr is the report pipe
             try:
-                proc = await asyncio.create_subprocess_exec(
-                    *shell.argv,
-                    cwd=workdir,
-                    env=dict(_ENV),
-                    stdin=asyncio.subprocess.PIPE,
-                    stdout=asyncio.subprocess.PIPE,
-                    stderr=report_w,
-                    start_new_session=True,
-                    pass_fds=shell.pass_fds,
-                )
+                proc = await _spawn(shell.argv, workdir, cgroups, stderr=report_w, pass_fds=shell.pass_fds)
             finally:
                 for fd in shell.pass_fds:
                     os.close(fd)
             return Launched(proc, workdir, cgroups, report_r, policy, shell=(shell.report, cfg))
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-I",
-            "-S",
-            "-c",
-            _RUN_LAUNCHER,
-            marshal.dumps(cfg).hex(),
-            cwd=workdir,
-            env=dict(_ENV),
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            start_new_session=True,
-            pass_fds=(report_w,),
-        )
+        argv = [sys.executable, "-I", "-S", "-c", _RUN_LAUNCHER, marshal.dumps(cfg).hex()]
+        proc = await _spawn(argv, workdir, cgroups, stderr=asyncio.subprocess.STDOUT, pass_fds=(report_w,))
     except BaseException:
         os.close(report_r)
         shutil.rmtree(workdir, ignore_errors=True)
@@ -160,10 +139,46 @@ async def launch(code: str, *, cpu_s: int, policy: SandboxPolicy, isolate: bool 
     return Launched(proc, workdir, cgroups, report_r, policy)
 
 
+async def _spawn(
+    argv: list[str], workdir: str, cgroups: list[dict[str, str]], *, stderr: int, pass_fds: tuple[int, ...]
+) -> asyncio.subprocess.Process:
+    """Start the launcher (stdin and stdout pipes, its own session), never cancelled half-way: a
+    cancellation waits for the spawn to finish, stops the process group and everything in the call's
+    cgroups, then goes on. (Cancelled inside asyncio's spawn, a bwrap killed while setting up left its
+    inner process running with the pipes open, and on Python 3.11 asyncio's clean-up waited for them
+    forever: `test_a_start_cancelled_at_any_moment_ends_at_once_and_leaves_nothing`.)"""
+    spawn = asyncio.ensure_future(
+        asyncio.create_subprocess_exec(
+            *argv,
+            cwd=workdir,
+            env=dict(_ENV),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=stderr,
+            start_new_session=True,
+            pass_fds=pass_fds,
+        )
+    )
+    try:
+        return await asyncio.shield(spawn)
+    except asyncio.CancelledError:
+        try:
+            proc = await spawn
+        except Exception:
+            raise asyncio.CancelledError from None  # nothing was started
+        _kill_group(proc.pid)
+        for group in cgroups:
+            kill_members(group["path"])
+        await _stop(proc, None)
+        raise
+
+
 async def dispose(run: Launched, finished: asyncio.Task | None = None) -> None:
     """Stop the process group if it still runs, then remove the work directory and cgroups."""
     try:
         if run.proc.returncode is None:
+            for group in run.cgroups:  # with the group: whatever of the call left it (bwrap's inner process)
+                kill_members(group["path"])
             await _stop(run.proc, finished)
     finally:
         if run.report_r >= 0:
@@ -446,6 +461,7 @@ def _kill_group(pid: int) -> None:
 
 
 async def _remove_cgroup(path: str) -> None:
+    kill_members(path)  # anything of the call that left the process group (bwrap's inner process)
     for _ in range(50):  # killed processes leave the cgroup within milliseconds
         if rmdir(path):
             return

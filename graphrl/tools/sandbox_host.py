@@ -258,19 +258,24 @@ def sweep_leftovers() -> list[str]:
     return removed
 
 
-def _kill_members(group: str) -> bool:
-    """SIGKILL what is still in a dead run's cgroup (code that outlived it: started in the instant
-    before bubblewrap's parent-death signal was set), then remove the group once it is empty."""
+def kill_members(group: str) -> None:
+    """SIGKILL every process in `group` (a call's cgroup: only that call's processes are in it)."""
     try:
         with open(os.path.join(group, "cgroup.procs")) as f:
             pids = [int(line) for line in f if line.strip().isdigit()]
     except OSError:
-        return False
+        return
     for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def _kill_members(group: str) -> bool:
+    """Kill what is still in a dead run's cgroup (code that outlived it: started in the instant
+    before bubblewrap's parent-death signal was set), then remove the group once it is empty."""
+    kill_members(group)
     for _ in range(50):  # killed processes leave the cgroup once reaped (milliseconds)
         if rmdir(group):
             return True

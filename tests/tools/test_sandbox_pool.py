@@ -8,6 +8,7 @@ import asyncio
 import os
 import re
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -210,3 +211,71 @@ def test_code_that_cannot_be_encoded_fails_before_a_warm_sandbox_is_taken():
 
     ready, after = asyncio.run(go())
     assert len(ready) == 1 and after == ready
+
+
+def _in_workdir(workdir: str) -> list[int]:
+    """Host pids (not zombies) whose working directory is `workdir` or inside it."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                state = next(x for x in (entry / "status").read_text().splitlines() if x.startswith("State:"))
+                if "Z" not in state and os.readlink(entry / "cwd").startswith(workdir):
+                    found.append(int(entry.name))
+            except (OSError, StopIteration):
+                pass
+    return found
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_start_cancelled_at_any_moment_ends_at_once_and_leaves_nothing(backend, monkeypatch):
+    """Found by review: `pool.close()` cancels sandboxes still starting. Cancelled inside asyncio's spawn,
+    a sandbox whose bwrap was killed while setting up left its inner process running (holding the pipes),
+    and on Python 3.11 asyncio then waited for those pipes forever (benchmarks.sandbox hung). Every
+    moment of the start is cancelled here, twice; each must end within seconds, with no process,
+    work directory or cgroup left."""
+    from graphrl.tools import python_exec
+
+    policy = SandboxPolicy(backend=backend)
+    made: list[str] = []
+    real_workdir = python_exec.make_workdir
+    monkeypatch.setattr(python_exec, "make_workdir", lambda: made.append(real_workdir()) or made[-1])
+    groups: list[str] = []
+    real_cgroups = python_exec.make_cgroups
+
+    def record_cgroups(p):
+        made_groups = real_cgroups(p)
+        groups.extend(g["path"] for g in made_groups)
+        return made_groups
+
+    monkeypatch.setattr(python_exec, "make_cgroups", record_cgroups)
+    # a busy event loop, as under load: asyncio connects the child's pipes a few milliseconds late, so
+    # cancellations land while the sandbox is being set up
+    from asyncio import base_subprocess
+
+    connect = base_subprocess.BaseSubprocessTransport._connect_pipes
+
+    async def late_connect(self, waiter):
+        await asyncio.sleep(0.004)
+        return await connect(self, waiter)
+
+    monkeypatch.setattr(base_subprocess.BaseSubprocessTransport, "_connect_pipes", late_connect)
+
+    async def go():
+        for i in range(60):
+            task = asyncio.create_task(python_exec.launch(python_exec.WAITER, cpu_s=30, policy=policy))
+            await asyncio.sleep(0.0003 * (i % 30))
+            task.cancel()
+            try:
+                run = await asyncio.wait_for(task, 10)
+            except asyncio.CancelledError:
+                continue
+            await asyncio.wait_for(python_exec.dispose(run), 10)  # it had started: stopped the usual way
+
+    asyncio.run(go())
+    deadline = time.monotonic() + 5
+    while any(_in_workdir(w) for w in made) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [pid for w in made for pid in _in_workdir(w)]
+    assert not [w for w in made if os.path.exists(w)]
+    assert not [g for g in groups if os.path.exists(g)]
