@@ -166,10 +166,7 @@ async def _spawn(
             proc = await spawn
         except Exception:
             raise asyncio.CancelledError from None  # nothing was started
-        _kill_group(proc.pid)
-        for group in cgroups:
-            kill_members(group["path"])
-        await _stop(proc, None)
+        await _stop(proc, None, cgroups)
         raise
 
 
@@ -177,9 +174,7 @@ async def dispose(run: Launched, finished: asyncio.Task | None = None) -> None:
     """Stop the process group if it still runs, then remove the work directory and cgroups."""
     try:
         if run.proc.returncode is None:
-            for group in run.cgroups:  # with the group: whatever of the call left it (bwrap's inner process)
-                kill_members(group["path"])
-            await _stop(run.proc, finished)
+            await _stop(run.proc, finished, run.cgroups)
     finally:
         if run.report_r >= 0:
             os.close(run.report_r)
@@ -346,7 +341,7 @@ async def run_python(
             feeder.cancel()
             watch.cancel()
         if not finished.done():
-            await _stop(proc, finished)
+            await _stop(proc, finished, run.cgroups)
             if not overflowed.is_set():
                 return _result(bytes(buf), f"[timed out after {timeout:g} s]", "timeout", None, run)
         if overflowed.is_set():
@@ -402,10 +397,13 @@ async def _exit(proc: asyncio.subprocess.Process, reader: asyncio.Task) -> None:
     await proc.wait()
 
 
-async def _stop(proc: asyncio.subprocess.Process, finished: asyncio.Task | None) -> None:
-    """Kill the process group and wait for the exit; if something still holds the output pipe after
-    2 s (a process that escaped the group, possible without a pid namespace), stop reading it."""
+async def _stop(proc: asyncio.subprocess.Process, finished: asyncio.Task | None, cgroups: list[dict[str, str]]) -> None:
+    """Kill the process group and everything in the call's cgroups (what left the group: bwrap's inner
+    process, code that escaped it) and wait for the exit; if something still holds the output pipe
+    after 2 s (a process that escaped both, possible without a pid namespace and cgroups), stop reading it."""
     _kill_group(proc.pid)
+    for group in cgroups:
+        kill_members(group["path"])
     try:
         await asyncio.wait_for(asyncio.shield(finished) if finished else proc.wait(), 2.0)
     except asyncio.TimeoutError:
@@ -461,7 +459,7 @@ def _kill_group(pid: int) -> None:
 
 
 async def _remove_cgroup(path: str) -> None:
-    kill_members(path)  # anything of the call that left the process group (bwrap's inner process)
+    kill_members(path)  # a call that ended by itself may still have left something in it
     for _ in range(50):  # killed processes leave the cgroup within milliseconds
         if rmdir(path):
             return

@@ -253,7 +253,7 @@ def sweep_leftovers() -> list[str]:
             continue
         for name in groups:
             path = os.path.join(parent, name)
-            if os.path.isdir(path) and _owner_gone(name) and (rmdir(path) or _kill_members(path)):
+            if os.path.isdir(path) and _owner_gone(name) and remove_cgroup(path):
                 removed.append(path)
     return removed
 
@@ -272,9 +272,9 @@ def kill_members(group: str) -> None:
             pass
 
 
-def _kill_members(group: str) -> bool:
-    """Kill what is still in a dead run's cgroup (code that outlived it: started in the instant
-    before bubblewrap's parent-death signal was set), then remove the group once it is empty."""
+def remove_cgroup(group: str) -> bool:
+    """Kill what is still in a call's cgroup (in a dead run's: code that outlived it, started in the
+    instant before bubblewrap's parent-death signal was set), then remove the group once it is empty."""
     kill_members(group)
     for _ in range(50):  # killed processes leave the cgroup once reaped (milliseconds)
         if rmdir(group):

@@ -19,11 +19,10 @@ import contextlib
 import os
 import shutil
 import signal
-import time
 
 from ..runtime.deadline import within
 from .python_exec import WAITER, Launched, await_report, dispose, launch
-from .sandbox_host import SandboxPolicy, rmdir
+from .sandbox_host import SandboxPolicy, remove_cgroup
 
 REPORT_WAIT_S = 30.0  # a launcher reports within milliseconds; one that does not is given up
 POOL_CPU_S = 3600  # a waiting sandbox uses no CPU; the call lowers this to its own limit before it runs
@@ -105,11 +104,8 @@ class SandboxPool:
                 os.close(run.report_r)
                 run.report_r = -1
             shutil.rmtree(run.workdir, ignore_errors=True)
-            for group in run.cgroups:  # empty once the killed processes are reaped (milliseconds)
-                for _ in range(50):
-                    if rmdir(group["path"]):
-                        break
-                    time.sleep(0.01)
+            for group in run.cgroups:
+                remove_cgroup(group["path"])
 
     async def close(self) -> None:
         """Stop every warm sandbox (and those still starting); later `take`s get None."""

@@ -40,8 +40,13 @@ echo ready >&2
 exec 2>&1
 exec "$@"
 """
-PRLIMIT_OPTION = {"cpu_s": "--cpu", "memory_bytes": "--as", "file_bytes": "--fsize", "processes": "--nproc"}
-PRLIMIT_OPTION["core_bytes"] = "--core"
+PRLIMIT_OPTION = {
+    "cpu_s": "--cpu",
+    "memory_bytes": "--as",
+    "file_bytes": "--fsize",
+    "processes": "--nproc",
+    "core_bytes": "--core",
+}
 
 
 @cache

@@ -23,6 +23,9 @@ from graphrl.tools import sandbox_shell
 from graphrl.tools.python_exec import OUTPUT_CAP, SandboxPolicy, run_python, sandbox_report
 from graphrl.tools.sandbox_host import bubblewrap_works
 
+sys.path.insert(0, str(Path(__file__).parent))
+from sandbox_procs import leftovers, no_leftovers
+
 pytestmark = pytest.mark.skipif(not Path("/proc/self/mountinfo").exists(), reason="Linux only")
 
 # every test runs against every backend this machine has (`make test` installs bubblewrap where it can);
@@ -60,27 +63,6 @@ def report(backend) -> dict:
 def need(report: dict, key: str) -> None:
     if not report.get(key):
         pytest.skip(f"this machine does not allow it ({key} is false): {'; '.join(report.get('errors') or [])}")
-
-
-def leftovers(workdir: str) -> list[int]:
-    """Host pids (not zombies) whose working directory is inside `workdir`."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                state = next(x for x in (entry / "status").read_text().splitlines() if x.startswith("State:"))
-                if "Z" not in state and os.readlink(entry / "cwd").startswith(workdir):
-                    found.append(int(entry.name))
-            except (OSError, StopIteration):
-                pass
-    return found
-
-
-def no_leftovers(workdir: str, within: float = 5.0) -> bool:
-    deadline = time.monotonic() + within
-    while leftovers(workdir) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return not leftovers(workdir)
 
 
 # ---------------------------------------------------------------- exhaustion
