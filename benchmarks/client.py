@@ -20,6 +20,7 @@ import gc
 import importlib
 import importlib.util
 import json
+import os
 import statistics
 import sys
 import time
@@ -182,6 +183,16 @@ def _schedstat() -> tuple[float, float]:
         return 0.0, 0.0
 
 
+def _machine_busy() -> float:
+    """Seconds of CPU the whole machine spent busy (all cores, /proc/stat: everything but idle and
+    iowait) -- the client, the simulated server and the python tool's processes together."""
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return 0.0
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
 def _reset_peak() -> None:
     try:
         Path("/proc/self/clear_refs").write_text("5")
@@ -213,11 +224,12 @@ async def _run(spec: dict[str, Any]) -> dict[str, Any]:
         _reset_peak()
         rss0 = _rss()["VmRSS"]
         enc0, dec0 = timed.clock.encode_s, timed.clock.decode_s
-        sched0 = _schedstat()
+        sched0, busy0 = _schedstat(), _machine_busy()
         cpu0, t0 = time.process_time(), time.perf_counter()
         results, latencies = await _drive(generate, args, samples, spec["concurrency"], sampling)
         wall, cpu, enc = time.perf_counter() - t0, time.process_time() - cpu0, timed.clock.encode_s - enc0
         sched = [b - a for a, b in zip(sched0, _schedstat())]
+        busy = _machine_busy() - busy0
         dec = timed.clock.decode_s - dec0
         mem = _rss()
         logs = {role: (await _bench(http, urls[role] + "/bench/log"))["log"] for role in ("policy", "expert")}
@@ -246,6 +258,8 @@ async def _run(spec: dict[str, Any]) -> dict[str, Any]:
         "loop_cpu_use": sched[0] / wall,
         "loop_wait": sched[1] / wall,
         "cpu_ms_per_call": 1e3 * cpu / calls,
+        # the whole machine's busy CPU over the timed section, per LLM call (client + server + tools)
+        "machine_cpu_ms_per_call": 1e3 * busy / calls,
         "tokenise_ms_per_call": 1e3 * enc / calls,
         "decode_ms_per_call": 1e3 * dec / calls,
         "overhead_ms_per_call": 1e3 * (cpu - enc) / calls,

@@ -22,6 +22,7 @@ NUMERIC = (
     "overhead_ms_per_call",
     "rss_peak_mb",
     "rss_growth_mb",
+    "machine_cpu_ms_per_call",  # absent from runs saved before it was measured
 )
 
 
@@ -35,7 +36,8 @@ def merge(cells: list[dict[str, Any]]) -> dict[tuple[str, int, str], dict[str, A
     for key, runs in groups.items():
         row = dict(runs[0])
         for k in NUMERIC:
-            row[k] = statistics.median(r[k] for r in runs)
+            if all(k in r for r in runs):
+                row[k] = statistics.median(r[k] for r in runs)
         row["repeats"] = len(runs)
         row["walls"] = [round(r["wall_s"], 3) for r in runs]
         out[key] = row
@@ -69,10 +71,15 @@ def cell_table(merged: dict, workflow: str) -> str:
     return "\n".join(lines)
 
 
+def _ratio(g: dict, c: dict, key: str) -> str:
+    """g / c for a figure that older saved runs lack ("n/a" there)."""
+    return f"{g[key] / c[key]:.2f}" if g.get(key) and c.get(key) else "n/a"
+
+
 def ratio_table(merged: dict, workflow: str) -> str:
     head = (
-        "| conc | wall | rollouts/s | p50 | p99 | CPU/call | CPU excl. tokenise/call | cache hit (policy) | "
-        "peak RSS | same requests as careful |"
+        "| conc | wall | rollouts/s | p50 | p99 | CPU/call | CPU excl. tokenise/call | machine CPU/call | "
+        "cache hit (policy) | peak RSS | same requests as careful |"
     )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for conc in sorted({k[1] for k in merged if k[0] == workflow}):
@@ -84,7 +91,7 @@ def ratio_table(merged: dict, workflow: str) -> str:
         lines.append(
             f"| {conc} | {q('wall_s'):.3f} | {q('rollouts_per_s'):.3f} | {q('latency_p50_s'):.3f} | "
             f"{q('latency_p99_s'):.3f} | {q('cpu_ms_per_call'):.2f} | {q('overhead_ms_per_call'):.2f} | "
-            f"{q('policy_hit_rate'):.3f} | {q('rss_peak_mb'):.2f} | {same} |"
+            f"{_ratio(g, c, 'machine_cpu_ms_per_call')} | {q('policy_hit_rate'):.3f} | {q('rss_peak_mb'):.2f} | {same} |"
         )
     return "\n".join(lines)
 

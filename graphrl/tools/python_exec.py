@@ -38,6 +38,7 @@ from .sandbox_host import (
     SandboxPolicy,
     bubblewrap_args,
     bubblewrap_works,
+    bwrap_path,
     kill_members,
     make_cgroups,
     make_workdir,
@@ -114,7 +115,7 @@ async def launch(code: str, *, cpu_s: int, policy: SandboxPolicy, isolate: bool 
         }
         shell = None
         if backend == "bubblewrap":
-            cfg["bwrap"] = shutil.which("bwrap")
+            cfg["bwrap"] = bwrap_path()
             cfg["bwrap_args"], cfg["bwrap_claims"] = bubblewrap_args(workdir, env, policy, python)
             tools = sandbox_shell.available()
             if tools is not None:

