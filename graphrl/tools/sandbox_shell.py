@@ -10,9 +10,9 @@ per call here) was a third of a sandboxed call's CPU, yet for bubblewrap it does
 before exec'ing `bwrap`: join the call's cgroups, set the rlimits, hand bwrap the seccomp program. Here
 the parent prepares the seccomp pipe and the script's fd, `/bin/sh` joins the cgroups (its builtin
 `echo` writing its pid to each `cgroup.procs`) and reports each join on its stderr -- the report pipe --
-before pointing stderr at stdout, and `prlimit` (util-linux) sets the same limits and execs bwrap with
+lowers its session's CPU weight (`_sandbox_launcher.lower_priority`) before pointing stderr at stdout, and `prlimit` (util-linux) sets the same limits and execs bwrap with
 the argument list the Python launcher would use. Same process (one pid from sh to bwrap), same order
-(cgroups, limits, bwrap), same report.
+(cgroups, priority, limits, bwrap), same report.
 
 Invariants: the report pipe's only write end in the child is the shell's fd 2, closed (replaced by
 stdout) before prlimit runs, so nothing of the sandbox can write to it; a limit the parent could not
@@ -31,15 +31,19 @@ from functools import cache
 from . import _sandbox_launcher as launcher
 
 # $1: the number of cgroups; then each cgroup.procs path; then the command (prlimit ... -- bwrap ...)
-SCRIPT = r"""n=$1; shift; i=0
+SCRIPT = (
+    r"""n=$1; shift; i=0
 while [ "$i" -lt "$n" ]; do
   if { echo $$ >"$1"; } 2>/dev/null; then echo "joined $i"; else echo "not joined $i"; fi >&2
   i=$((i + 1)); shift
 done
+{ echo %d >/proc/self/autogroup; } 2>/dev/null
 echo ready >&2
 exec 2>&1
 exec "$@"
 """
+    % launcher.AUTOGROUP_NICE
+)
 PRLIMIT_OPTION = {
     "cpu_s": "--cpu",
     "memory_bytes": "--as",

@@ -256,6 +256,51 @@ def test_the_test_process_cannot_be_signalled_by_pid(report):
     assert res.ok and ("refused" in res.text or me <= 3)
 
 
+_WITH_A_TERMINAL = r"""
+import asyncio, fcntl, os, sys, termios
+from graphrl.tools import sandbox_shell
+from graphrl.tools.python_exec import SandboxPolicy, run_python
+os.setsid()
+leader, follower = os.openpty()
+fcntl.ioctl(follower, termios.TIOCSCTTY, 0)  # this process now has a controlling terminal
+os.close(os.open("/dev/tty", os.O_RDWR))  # which it can open
+if sys.argv[2] == "python-launcher":
+    sandbox_shell.available = lambda: None
+code = (
+    "import fcntl, os, termios\n"
+    "try:\n    tty = os.open('/dev/tty', os.O_RDWR)\n"
+    "except OSError as exc:\n    print('no terminal', exc.errno)\n"
+    "else:\n    fcntl.ioctl(tty, termios.TIOCSTI, b'x')\n    print('injected')\n"
+)
+res = asyncio.run(run_python(code, timeout=10, policy=SandboxPolicy(backend=sys.argv[1])))
+print(res.text.strip())
+"""
+
+
+def test_the_code_has_no_controlling_terminal_even_when_graphrl_has_one(backend, report):
+    """The sandbox runs in a session of its own (what bwrap's --new-session is for: no TIOCSTI into
+    the terminal graphrl was started from), also when graphrl has a controlling terminal."""
+    import errno
+    import subprocess
+
+    variant = "python-launcher" if sandbox_shell.available() is None else "shell"
+    done = subprocess.run(
+        [sys.executable, "-c", _WITH_A_TERMINAL, backend, variant], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    # ENXIO: /dev/tty is there but the process has no terminal; ENOENT: the launcher's /dev has no tty
+    assert done.stdout.strip() in (f"no terminal {errno.ENXIO}", f"no terminal {errno.ENOENT}"), done.stdout
+
+
+@pytest.mark.skipif(not Path("/proc/self/autogroup").exists(), reason="no scheduling autogroups on this kernel")
+def test_the_call_weighs_less_on_the_cpu_than_graphrl(report):
+    """The call's session (its scheduling autogroup) runs at nice 10; graphrl's own is untouched."""
+    ours = Path("/proc/self/autogroup").read_text().split()[-1]
+    res = py("print(open('/proc/self/autogroup').read().split()[-1])")
+    assert res.ok and res.text == "10\n", res.text
+    assert Path("/proc/self/autogroup").read_text().split()[-1] == ours
+
+
 def test_no_capabilities_and_no_new_privileges(report):
     need(report, "capabilities_dropped")
     res = py(
