@@ -69,11 +69,13 @@ AUTOGROUP_NICE = 10  # the call's scheduling autogroup: see lower_priority
 def lower_priority():
     """Give the call's session (its own: the parent starts every sandbox with setsid) a lower CPU
     weight than the process that runs the rollouts. Where the kernel groups scheduling by session
-    (autogroup, on by default in Debian's and Ubuntu's kernels), each sandbox would otherwise weigh as
+    (autogroup, CONFIG_SCHED_AUTOGROUP), each sandbox would otherwise weigh as
     much as the whole graphrl process, and a few busy ones take the event loop's core; with nice 10
     a sandbox gets about a tenth of that weight when both want the CPU, and all of it when the loop
     is idle. Raising the nice of one's own autogroup needs no privilege; where there is no autogroup
     nothing changes (processes then compete one by one, as any subprocess of graphrl would)."""
+    if os.getsid(0) != os.getpid():  # not the call's own session: it would lower the caller's weight
+        return
     try:
         _write("/proc/self/autogroup", str(AUTOGROUP_NICE))
     except OSError:

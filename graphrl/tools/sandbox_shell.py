@@ -30,14 +30,17 @@ from functools import cache
 
 from . import _sandbox_launcher as launcher
 
-# $1: the number of cgroups; then each cgroup.procs path; then the command (prlimit ... -- bwrap ...)
+# $1: the number of cgroups; then each cgroup.procs path; then the command (prlimit ... -- bwrap ...).
+# The autogroup's nice is set only by a session leader (field 6 of /proc/self/stat is the session):
+# in the caller's session it would lower the caller's own weight.
 SCRIPT = (
     r"""n=$1; shift; i=0
 while [ "$i" -lt "$n" ]; do
   if { echo $$ >"$1"; } 2>/dev/null; then echo "joined $i"; else echo "not joined $i"; fi >&2
   i=$((i + 1)); shift
 done
-{ echo %d >/proc/self/autogroup; } 2>/dev/null
+{ read -r _ _ _ _ _ sid _ </proc/self/stat; } 2>/dev/null
+if [ "$sid" = "$$" ]; then { echo %d >/proc/self/autogroup; } 2>/dev/null; fi
 echo ready >&2
 exec 2>&1
 exec "$@"

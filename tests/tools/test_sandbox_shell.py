@@ -93,3 +93,42 @@ def test_a_shell_that_never_got_ready_is_a_failed_launcher():
     assert sandbox_shell.finish_report(base(), cfg, b"joined 0\n")["launcher"] is False
     done = sandbox_shell.finish_report(base(), cfg, b"joined 0\nsh: 3: odd\nready\n")
     assert done["memory_limit"] == f"cgroup:{1 << 30}" and done["errors"] == ["launcher: sh: 3: odd"]
+
+
+AUTOGROUP = "/proc/self/autogroup"
+
+
+def _nice_of(text: str) -> str:
+    return text.split()[-1]
+
+
+@pytest.mark.skipif(not os.path.exists(AUTOGROUP), reason="no scheduling autogroups on this kernel")
+@pytest.mark.parametrize("way", ["shell", "python launcher"])
+def test_the_priority_is_lowered_in_the_calls_own_session_only(way):
+    """In a session of its own (how graphrl starts every call) the call's autogroup gets nice 10; run
+    in the caller's session it leaves the caller's autogroup alone (it would lower the caller)."""
+    import subprocess
+
+    from graphrl.tools import _sandbox_launcher
+
+    show = [sys.executable, "-I", "-S", "-c", f"print(open({AUTOGROUP!r}).read())"]
+    if way == "shell":
+        argv = ["/bin/sh", "-c", sandbox_shell.SCRIPT, "sh", "0", *show]
+    else:
+        code = "import sys; sys.path.insert(0, {!r}); import _sandbox_launcher as l; l.lower_priority(); {}"
+        here = os.path.dirname(_sandbox_launcher.__file__)
+        argv = [sys.executable, "-I", "-S", "-c", code.format(here, f"print(open({AUTOGROUP!r}).read())")]
+    ours = open(AUTOGROUP).read()
+    own = subprocess.run(argv, capture_output=True, text=True, timeout=30, start_new_session=True)
+    assert own.returncode == 0 and _nice_of(own.stdout) == str(_sandbox_launcher.AUTOGROUP_NICE), own
+    try:
+        shared = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+        assert shared.returncode == 0 and shared.stdout.strip() == ours.strip(), shared  # the same one, unchanged
+        assert open(AUTOGROUP).read() == ours
+    finally:  # a failure here lowered this test run's own priority: put it back (allowed to root only)
+        if open(AUTOGROUP).read() != ours:
+            try:
+                with open(AUTOGROUP, "w") as f:
+                    f.write(_nice_of(ours))
+            except OSError:
+                pass
