@@ -72,8 +72,10 @@ def lower_priority():
     (autogroup, CONFIG_SCHED_AUTOGROUP), each sandbox would otherwise weigh as
     much as the whole graphrl process, and a few busy ones take the event loop's core; with nice 10
     a sandbox gets about a tenth of that weight when both want the CPU, and all of it when the loop
-    is idle. Raising the nice of one's own autogroup needs no privilege; where there is no autogroup
-    nothing changes (processes then compete one by one, as any subprocess of graphrl would)."""
+    is idle. Raising the nice of one's own autogroup needs no privilege, but without CAP_SYS_ADMIN the
+    kernel allows one autogroup change per 100 ms machine-wide (EAGAIN otherwise, ignored): best effort
+    for a non-root graphrl. Where there is no autogroup nothing changes (processes then compete one by
+    one, as any subprocess of graphrl would)."""
     if os.getsid(0) != os.getpid():  # not the call's own session: it would lower the caller's weight
         return
     try:

@@ -266,8 +266,9 @@ fcntl.ioctl(follower, termios.TIOCSCTTY, 0)  # this process now has a controllin
 os.close(os.open("/dev/tty", os.O_RDWR))  # which it can open
 if sys.argv[2] == "python-launcher":
     sandbox_shell.available = lambda: None
-code = (
+code = (  # field 7 of /proc/self/stat: the controlling terminal's device number, 0 for none
     "import fcntl, os, termios\n"
+    "print('tty_nr', open('/proc/self/stat').read().rsplit(')', 1)[1].split()[4])\n"
     "try:\n    tty = os.open('/dev/tty', os.O_RDWR)\n"
     "except OSError as exc:\n    print('no terminal', exc.errno)\n"
     "else:\n    fcntl.ioctl(tty, termios.TIOCSTI, b'x')\n    print('injected')\n"
@@ -288,11 +289,16 @@ def test_the_code_has_no_controlling_terminal_even_when_graphrl_has_one(backend,
         [sys.executable, "-c", _WITH_A_TERMINAL, backend, variant], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr[-2000:]
+    tty_nr, opened = done.stdout.strip().splitlines()
+    assert tty_nr == "tty_nr 0", done.stdout  # no controlling terminal (the launcher's /dev has no tty
+    # to try, so this is the check that holds for every backend)
     # ENXIO: /dev/tty is there but the process has no terminal; ENOENT: the launcher's /dev has no tty
-    assert done.stdout.strip() in (f"no terminal {errno.ENXIO}", f"no terminal {errno.ENOENT}"), done.stdout
+    assert opened in (f"no terminal {errno.ENXIO}", f"no terminal {errno.ENOENT}"), done.stdout
 
 
 @pytest.mark.skipif(not Path("/proc/self/autogroup").exists(), reason="no scheduling autogroups on this kernel")
+@pytest.mark.skipif(os.geteuid() != 0, reason="the kernel lets a non-root process change an autogroup's nice "
+                    "once per 100 ms machine-wide, so the priority is best effort there (docs/sandbox.md)")  # fmt: skip
 def test_the_call_weighs_less_on_the_cpu_than_graphrl(report):
     """The call's session (its scheduling autogroup) runs at nice 10; graphrl's own is untouched."""
     ours = Path("/proc/self/autogroup").read_text().split()[-1]

@@ -103,6 +103,8 @@ def _nice_of(text: str) -> str:
 
 
 @pytest.mark.skipif(not os.path.exists(AUTOGROUP), reason="no scheduling autogroups on this kernel")
+@pytest.mark.skipif(os.geteuid() != 0, reason="the kernel lets a non-root process change an autogroup's nice "
+                    "once per 100 ms machine-wide, so the priority is best effort there (docs/sandbox.md)")  # fmt: skip
 @pytest.mark.parametrize("way", ["shell", "python launcher"])
 def test_the_priority_is_lowered_in_the_calls_own_session_only(way):
     """In a session of its own (how graphrl starts every call) the call's autogroup gets nice 10; run
@@ -125,7 +127,7 @@ def test_the_priority_is_lowered_in_the_calls_own_session_only(way):
         shared = subprocess.run(argv, capture_output=True, text=True, timeout=30)
         assert shared.returncode == 0 and shared.stdout.strip() == ours.strip(), shared  # the same one, unchanged
         assert open(AUTOGROUP).read() == ours
-    finally:  # a failure here lowered this test run's own priority: put it back (allowed to root only)
+    finally:  # a failure here lowered this test run's own priority: put it back (best effort)
         if open(AUTOGROUP).read() != ours:
             try:
                 with open(AUTOGROUP, "w") as f:
