@@ -183,14 +183,17 @@ def _schedstat() -> tuple[float, float]:
         return 0.0, 0.0
 
 
-def _machine_busy() -> float:
-    """Seconds of CPU the whole machine spent busy (all cores, /proc/stat: everything but idle and
-    iowait) -- the client, the simulated server and the python tool's processes together."""
+def machine_busy_s() -> float:
+    """Seconds of CPU the whole machine has spent busy (all cores, /proc/stat: everything but idle and
+    iowait) -- the client, the simulated server and the python tool's processes together; NaN where
+    there is no /proc/stat. (Here, not in `benchmarks.sandbox`, which imports graphrl: a baseline's
+    cell process never loads graphrl.)"""
     try:
-        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        with open("/proc/stat") as f:
+            ticks = [int(x) for x in f.readline().split()[1:]]
     except (OSError, ValueError):
-        return 0.0
-    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+        return float("nan")
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def _reset_peak() -> None:
@@ -224,12 +227,12 @@ async def _run(spec: dict[str, Any]) -> dict[str, Any]:
         _reset_peak()
         rss0 = _rss()["VmRSS"]
         enc0, dec0 = timed.clock.encode_s, timed.clock.decode_s
-        sched0, busy0 = _schedstat(), _machine_busy()
+        sched0, busy0 = _schedstat(), machine_busy_s()
         cpu0, t0 = time.process_time(), time.perf_counter()
         results, latencies = await _drive(generate, args, samples, spec["concurrency"], sampling)
         wall, cpu, enc = time.perf_counter() - t0, time.process_time() - cpu0, timed.clock.encode_s - enc0
         sched = [b - a for a, b in zip(sched0, _schedstat())]
-        busy = _machine_busy() - busy0
+        busy = machine_busy_s() - busy0
         dec = timed.clock.decode_s - dec0
         mem = _rss()
         logs = {role: (await _bench(http, urls[role] + "/bench/log"))["log"] for role in ("policy", "expert")}

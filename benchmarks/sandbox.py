@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
-import os
 import statistics
 import sys
 import time
@@ -23,6 +22,8 @@ import time
 from graphrl.tools.python_exec import run_python
 from graphrl.tools.sandbox_host import WARM_SANDBOXES, SandboxPolicy, bubblewrap_works
 from graphrl.tools.sandbox_pool import SandboxPool
+
+from .client import machine_busy_s as _busy_s  # the machine's busy CPU seconds (all cores)
 
 CODE = "print(1)"
 
@@ -57,16 +58,6 @@ def _sandboxed(policy: SandboxPolicy | None, warm: bool = False):
     call.close = close  # type: ignore[attr-defined]
     call.served = served  # type: ignore[attr-defined]
     return call
-
-
-def _busy_s() -> float:
-    """Seconds of CPU the whole machine has spent busy (all cores), from /proc/stat; NaN elsewhere."""
-    try:
-        with open("/proc/stat") as f:
-            ticks = [int(x) for x in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return float("nan")
-    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # less idle and iowait
 
 
 async def _idle_rate(span: float = 2.0) -> float:

@@ -42,6 +42,7 @@ from .sandbox_host import (
     kill_members,
     make_cgroups,
     make_workdir,
+    remove_cgroup,
     resolve_backend,
     rmdir,
     strict_paths,
@@ -461,10 +462,8 @@ def _kill_group(pid: int) -> None:
 
 async def _remove_cgroup(path: str) -> None:
     kill_members(path)  # a call that ended by itself may still have left something in it
-    for _ in range(50):  # killed processes leave the cgroup within milliseconds
-        if rmdir(path):
-            return
-        await asyncio.sleep(0.02)
+    if not rmdir(path):  # killed processes still leaving (milliseconds): wait for them off the loop
+        await asyncio.to_thread(remove_cgroup, path)
 
 
 def sandbox_report(timeout: float = 10.0, policy: SandboxPolicy | None = None) -> dict:

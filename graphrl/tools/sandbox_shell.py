@@ -9,9 +9,10 @@ Why: the Python launcher's own start (an interpreter, ctypes, the launcher modul
 per call here) was a third of a sandboxed call's CPU, yet for bubblewrap it does only three things
 before exec'ing `bwrap`: join the call's cgroups, set the rlimits, hand bwrap the seccomp program. Here
 the parent prepares the seccomp pipe and the script's fd, `/bin/sh` joins the cgroups (its builtin
-`echo` writing its pid to each `cgroup.procs`) and reports each join on its stderr -- the report pipe --
-lowers its session's CPU weight (`_sandbox_launcher.lower_priority`) before pointing stderr at stdout, and `prlimit` (util-linux) sets the same limits and execs bwrap with
-the argument list the Python launcher would use. Same process (one pid from sh to bwrap), same order
+`echo` writing its pid to each `cgroup.procs`), reports each join on its stderr -- the report pipe --
+and lowers its session's CPU weight (`_sandbox_launcher.lower_priority`) before pointing stderr at
+stdout, and `prlimit` (util-linux) sets the same limits and execs bwrap with the argument list the
+Python launcher would use. Same process (one pid from sh to bwrap), same order
 (cgroups, priority, limits, bwrap), same report.
 
 Invariants: the report pipe's only write end in the child is the shell's fd 2, closed (replaced by
