@@ -203,6 +203,28 @@ def _reset_peak() -> None:
         pass
 
 
+class GcClock:
+    """CPU time (`time.thread_time`) the cyclic garbage collector spends while entered, through
+    `gc.callbacks`; `full_passes` counts the generation-2 collections among them."""
+
+    def __init__(self) -> None:
+        self.seconds, self.full_passes, self._start = 0.0, 0, 0.0
+
+    def _on(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._start = time.thread_time()
+        else:
+            self.seconds += time.thread_time() - self._start
+            self.full_passes += info.get("generation") == 2
+
+    def __enter__(self) -> GcClock:
+        gc.callbacks.append(self._on)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._on)
+
+
 async def _run(spec: dict[str, Any]) -> dict[str, Any]:
     timed = install(spec["hf_checkpoint"], graphrl=spec["system"] == "graphrl")
     generate = load_generate(spec)
@@ -228,8 +250,10 @@ async def _run(spec: dict[str, Any]) -> dict[str, Any]:
         rss0 = _rss()["VmRSS"]
         enc0, dec0 = timed.clock.encode_s, timed.clock.decode_s
         sched0, busy0 = _schedstat(), machine_busy_s()
+        collector = GcClock()
         cpu0, t0 = time.process_time(), time.perf_counter()
-        results, latencies = await _drive(generate, args, samples, spec["concurrency"], sampling)
+        with collector:
+            results, latencies = await _drive(generate, args, samples, spec["concurrency"], sampling)
         wall, cpu, enc = time.perf_counter() - t0, time.process_time() - cpu0, timed.clock.encode_s - enc0
         sched = [b - a for a, b in zip(sched0, _schedstat())]
         busy = machine_busy_s() - busy0
@@ -264,6 +288,9 @@ async def _run(spec: dict[str, Any]) -> dict[str, Any]:
         # the whole machine's busy CPU over the timed section, per LLM call (client + server + tools)
         "machine_cpu_ms_per_call": 1e3 * busy / calls,
         "tokenise_ms_per_call": 1e3 * enc / calls,
+        # the cyclic garbage collector's passes (part of cpu_ms_per_call), and how many of them were full
+        "gc_ms_per_call": 1e3 * collector.seconds / calls,
+        "gc_full_passes": collector.full_passes,
         "decode_ms_per_call": 1e3 * dec / calls,
         "overhead_ms_per_call": 1e3 * (cpu - enc) / calls,
         "policy_calls": stats.get("policy", {}).get("calls", 0),

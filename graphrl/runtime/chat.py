@@ -52,6 +52,7 @@ from enum import Enum
 from typing import Any
 
 from graphrl.models.bytelevel import ByteDecoder
+from graphrl.models.segments import SegmentMemo
 from graphrl.runtime import chatml_native
 from graphrl.runtime.chat_drift import DeltaMismatchError as DeltaMismatchError  # re-exported
 from graphrl.runtime.chat_drift import NotAppendOnlyError as NotAppendOnlyError
@@ -127,6 +128,9 @@ class ChatRenderer:
         # the byte-level decoding table, built at the first decode and shared with variants:
         # [table] once built ([None]: the tokenizer's decode is not plain byte-level)
         self._bytes: list[ByteDecoder | None] = []
+        # whole-prompt tokenisation with long pieces between special tokens memoised (system prompts,
+        # tool descriptions): exact for the tokenizers `SegmentMemo` accepts, None for the others
+        self._memo = SegmentMemo.for_tokenizer(tokenizer) if self._backend is not None else None
         # The ids a model may legally emit: the tokenizer's (base + added special tokens), or the
         # model's embedding rows when the caller knows them (often padded past the tokenizer, e.g.
         # 151,936 rows for Qwen2.5's 151,669 ids); ids at or past this bound are engine errors.
@@ -166,12 +170,14 @@ class ChatRenderer:
                 template_kwargs={**self.template.kwargs, **(template_kwargs or {})},
                 completion=completion,
             )
-            out._bytes = self._bytes
+            out._bytes, out._memo = self._bytes, self._memo
         return out
 
     # -- text <-> ids -----------------------------------------------------------------------------
     def encode(self, text: str) -> tuple[int, ...]:
         """New text -> ids, no BOS/EOS added (the template writes every special token itself)."""
+        if self._memo is not None:
+            return tuple(self._memo.encode(text))
         return tuple(self._encode(text)[0])
 
     def _encode(self, text: str) -> tuple[list[int], Any]:

@@ -1,0 +1,167 @@
+"""SegmentMemo: whole-prompt tokenisation with pieces between added tokens memoised, checked against
+`tokenizers` itself on the real Qwen tokenizer; and the tokenizers it must refuse."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers, trainers
+
+from graphrl.models import tokenizer as qt
+from graphrl.models.segments import SegmentMemo
+from graphrl.runtime.chat import ChatRenderer
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return qt.qwen_tokenizer()
+
+
+def _ref(backend, text):
+    return backend.encode(text, add_special_tokens=False).ids
+
+
+class CountingBackend:
+    """Test double around a real backend: counts the characters it is asked to tokenise."""
+
+    def __init__(self, inner):
+        self.inner, self.chars, self.calls = inner, 0, 0
+
+    def encode(self, text, add_special_tokens=False):
+        self.chars, self.calls = self.chars + len(text), self.calls + 1
+        return self.inner.encode(text, add_special_tokens=add_special_tokens)
+
+
+# Pieces chosen to sit on the tokenizer's edges: whitespace runs either side of a special token,
+# combining characters and characters NFC composes, surrogate-free astral characters, digits,
+# contractions, and text that merges with a neighbour when written without the token between.
+FRAGMENTS = [
+    " ",
+    "  ",
+    "\n",
+    "\n\n",
+    " \n ",
+    "\t",
+    "e\u0301",
+    "\u0301",
+    "Å",
+    "A\u030a",
+    "😀",
+    "世界",
+    "123",
+    "'s",
+    "'ll",
+    "hello",
+    " world",
+    '{"name": 1}',
+    "<|im_start",
+    "|>",
+    "<",
+    "im_end",
+    "You are a careful assistant. Answer briefly and cite the passage you used.\n",
+]
+
+
+def _texts(tok):
+    added = sorted({t.content for t in tok.backend_tokenizer.get_added_tokens_decoder().values()})
+    atoms = st.sampled_from(FRAGMENTS + added + ["system\n" + "Use the tools below. " * 5])
+    return st.lists(atoms, min_size=0, max_size=24).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_pieces_tokenise_exactly_as_the_whole_text(tok, data):
+    """Whatever is memoised, seen once or twice, or tokenised in runs around it: the same ids as
+    `tokenizers` on the whole text. min_chars 1 splits at every added token."""
+    backend = tok.backend_tokenizer
+    memo = SegmentMemo.for_tokenizer(tok, min_chars=1, max_pieces=8)
+    big = SegmentMemo.for_tokenizer(tok)
+    assert memo is not None and big is not None
+    texts = data.draw(st.lists(_texts(tok), min_size=1, max_size=6))
+    for text in texts * 3:  # every piece is seen at least three times: first sight, memoised, hit
+        ref = _ref(backend, text)
+        assert memo.encode(text) == ref, text
+        assert big.encode(text) == ref, text
+
+
+def test_a_repeated_system_prompt_is_tokenised_once(tok):
+    system = (
+        "<|im_start|>system\n" + "You are an orchestrator. Delegate every step to an expert.\n" * 20 + "<|im_end|>\n"
+    )
+    memo = SegmentMemo.for_tokenizer(tok)
+    assert memo is not None
+    counting = CountingBackend(tok.backend_tokenizer)
+    memo._backend = counting
+    prompts = [
+        system + f"<|im_start|>user\nQuestion {i}: what is {i} + {i}?<|im_end|>\n<|im_start|>assistant\n"
+        for i in range(6)
+    ]
+    for p in prompts:
+        assert memo.encode(p) == _ref(tok.backend_tokenizer, p)
+    # first sight whole, second sight the piece once more (memoised), then only the rest
+    tail = sum(len(p) - len(system) + len("<|im_end|>\n") for p in prompts[2:])
+    assert counting.chars < 2 * len(prompts[0]) + len(prompts[1]) + tail
+    before = counting.chars
+    assert memo.encode(prompts[3]) == _ref(tok.backend_tokenizer, prompts[3])
+    assert counting.chars - before < len(prompts[3]) - 1000  # the system prompt was not tokenised again
+
+
+def test_the_memo_is_bounded(tok):
+    memo = SegmentMemo.for_tokenizer(tok, max_pieces=3)
+    assert memo is not None
+    for i in range(10):
+        text = f"<|im_start|>system\nPrompt number {i}. " + "Some instructions follow. " * 4 + "<|im_end|>"
+        memo.encode(text)
+        memo.encode(text)
+    assert len(memo._pieces) == 3
+    assert len(memo._seen) <= 4 * 3
+
+
+def _metaspace_tokenizer():
+    """A small BPE trained here, Metaspace pre-tokeniser that prefixes only the text's first piece."""
+    t = Tokenizer(models.BPE(unk_token="<unk>"))
+    t.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="first")
+    corpus = ["hello world", "the quick brown fox", "hello there world"] * 20
+    t.train_from_iterator(corpus, trainers.BpeTrainer(special_tokens=["<unk>"], vocab_size=80))
+    t.add_special_tokens([AddedToken("<s>", special=True)])
+    return t
+
+
+def test_refuses_tokenizers_whose_pieces_depend_on_their_place(tok):
+    meta = _metaspace_tokenizer()
+    assert SegmentMemo.for_tokenizer(meta) is None
+    # and rightly: forced, a piece tokenised on its own is prefixed as if it opened the text
+    forced = SegmentMemo(meta, ["<s>"], min_chars=1)
+    text = "hello<s>hello world<s>hello world"
+    for _ in range(2):
+        got = forced.encode(text)
+    assert got != _ref(meta, text)
+
+    stripping = Tokenizer.from_str(tok.backend_tokenizer.to_str())
+    assert SegmentMemo.for_tokenizer(stripping) is not None  # the copy itself is accepted
+    stripping.add_special_tokens([AddedToken("<x>", special=True, lstrip=True)])  # eats the spaces before it
+    assert SegmentMemo.for_tokenizer(stripping) is None
+    byte_prefix = Tokenizer(models.BPE())
+    byte_prefix.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    assert SegmentMemo.for_tokenizer(byte_prefix) is None
+    truncating = Tokenizer.from_str(tok.backend_tokenizer.to_str())
+    truncating.enable_truncation(16)
+    assert SegmentMemo.for_tokenizer(truncating) is None
+    assert SegmentMemo.for_tokenizer(object()) is None  # a slow tokenizer, a double
+
+    class Splitting:
+        split_special_tokens = True
+        backend_tokenizer = tok.backend_tokenizer
+
+    assert SegmentMemo.for_tokenizer(Splitting()) is None
+
+
+def test_the_chat_renderer_encodes_whole_prompts_through_one_shared_memo(tok):
+    r = ChatRenderer(tok)
+    assert r._memo is not None and r.variant(template_kwargs={"enable_thinking": False})._memo is r._memo
+    messages = [{"role": "system", "content": "Be exact. " * 30}, {"role": "user", "content": "2+2?"}]
+    text = r.render(messages)
+    for _ in range(3):
+        assert list(r.start(messages)) == _ref(tok.backend_tokenizer, text)
+    assert r._memo._pieces  # the system message is memoised
