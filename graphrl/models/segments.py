@@ -147,10 +147,10 @@ class SegmentMemo:
                     self._seen.clear()
                 self._seen[piece] = None
                 return start
-            del self._seen[piece]
+            self._seen.pop(piece, None)
             hit = self._whole(piece)
             if len(self._pieces) >= self.max_pieces:
-                del self._pieces[next(iter(self._pieces))]
+                self._pieces.pop(next(iter(self._pieces)), None)
             self._pieces[piece] = hit
         if start < a:
             ids += self._whole(text[start:a])
