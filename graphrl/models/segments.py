@@ -20,7 +20,8 @@ ids do not depend on what stands around it. That holds when
 - the normaliser, pre-tokeniser and model treat every piece alike wherever it stands: a Metaspace
   pre-tokeniser that prefixes only the text's first piece (`prepend_scheme: first`), a ByteLevel one
   that adds a prefix space, BPE dropout, truncation or padding -- or any component not on the lists
-  below -- make `for_tokenizer` return None, and the caller encodes whole texts as before.
+  below -- make `for_tokenizer` return None, and the caller encodes whole texts as before; so does a
+  tokenizer that tokenises its special tokens as text (`encode_special_tokens`, `split_special_tokens`).
 
 Invariants:
 - `encode(text) == backend.encode(text, add_special_tokens=False).ids` for every text
@@ -97,6 +98,8 @@ class SegmentMemo:
         if backend is None and hasattr(tokenizer, "get_added_tokens_decoder"):
             backend = tokenizer
         if backend is None or getattr(tokenizer, "split_special_tokens", False):
+            return None
+        if getattr(backend, "encode_special_tokens", False):  # special tokens tokenised as text: no split
             return None
         try:  # the components' own JSON (the whole tokenizer's `to_str()` costs ~0.3 s for Qwen)
             added = list(backend.get_added_tokens_decoder().values())

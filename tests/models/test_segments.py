@@ -149,6 +149,9 @@ def test_refuses_tokenizers_whose_pieces_depend_on_their_place(tok):
     truncating.enable_truncation(16)
     assert SegmentMemo.for_tokenizer(truncating) is None
     assert SegmentMemo.for_tokenizer(object()) is None  # a slow tokenizer, a double
+    as_text = Tokenizer.from_str(tok.backend_tokenizer.to_str())
+    as_text.encode_special_tokens = True  # `<|im_start|>` becomes `<`, `|`, `im`, ...: no split there
+    assert SegmentMemo.for_tokenizer(as_text) is None
 
     class Splitting:
         split_special_tokens = True
