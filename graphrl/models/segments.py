@@ -29,7 +29,8 @@ Invariants:
   Unicode against `tokenizers` itself, on the real Qwen tokenizer);
 - a piece is memoised the second time it is seen (a piece seen once costs no extra call into the
   tokenizer) and only when it has at least `min_chars` characters; the memo is bounded
-  (`max_pieces`, oldest first out) and belongs to its renderer: no state outside the object.
+  (`max_pieces` pieces and `max_chars` characters, oldest first out; what it remembers as seen once
+  too) and belongs to its renderer: no state outside the object.
 """
 
 from __future__ import annotations
@@ -81,14 +82,19 @@ def _state(component: Any) -> Any:
 class SegmentMemo:
     """`encode(text)`: the backend's ids for `text`, with long pieces between added tokens memoised."""
 
-    def __init__(self, backend: Any, added: list[str], *, min_chars: int = 64, max_pieces: int = 1024):
+    def __init__(
+        self, backend: Any, added: list[str], *, min_chars: int = 64, max_pieces: int = 1024, max_chars: int = 1 << 22
+    ):
         self._backend = backend
         # leftmost match; at one position the longest added token first (what `tokenizers` matches)
         self._split = re.compile("|".join(re.escape(a) for a in sorted(set(added), key=len, reverse=True))).finditer
         self._has_added = bool(added)
-        self.min_chars, self.max_pieces = min_chars, max_pieces
+        # memoised: at most max_pieces pieces and max_chars characters (about a quarter as many ids);
+        # remembered as seen once: at most 4 x max_pieces pieces and max_chars characters
+        self.min_chars, self.max_pieces, self.max_chars = min_chars, max_pieces, max_chars
         self._pieces: dict[str, list[int]] = {}
         self._seen: dict[str, None] = {}
+        self._piece_chars = self._seen_chars = 0
 
     @classmethod
     def for_tokenizer(cls, tokenizer: Any, **options: Any) -> SegmentMemo | None:
@@ -140,21 +146,30 @@ class SegmentMemo:
     def _piece(self, text: str, a: int, b: int, start: int, ids: list[int]) -> int:
         """The piece text[a:b] between added tokens: when memoised (or seen before), tokenise what
         precedes it since `start`, then add its ids; returns the new `start`."""
-        if b - a < self.min_chars:
+        n = b - a
+        if n < self.min_chars or n > self.max_chars:
             return start
         piece = text[a:b]
         hit = self._pieces.get(piece)
         if hit is None:
             if piece not in self._seen:
-                if len(self._seen) >= 4 * self.max_pieces:
+                if len(self._seen) >= 4 * self.max_pieces or self._seen_chars + n > self.max_chars:
                     self._seen.clear()
+                    self._seen_chars = 0
                 self._seen[piece] = None
+                self._seen_chars += n
                 return start
-            self._seen.pop(piece, None)
+            if self._seen.pop(piece, 0) is None:
+                self._seen_chars -= n
             hit = self._whole(piece)
-            if len(self._pieces) >= self.max_pieces:
-                self._pieces.pop(next(iter(self._pieces)), None)
+            while self._pieces and (
+                len(self._pieces) >= self.max_pieces or self._piece_chars + n > self.max_chars
+            ):  # the oldest out first
+                oldest = next(iter(self._pieces))
+                if self._pieces.pop(oldest, None) is not None:
+                    self._piece_chars -= len(oldest)
             self._pieces[piece] = hit
+            self._piece_chars += n
         if start < a:
             ids += self._whole(text[start:a])
         ids += hit

@@ -118,6 +118,23 @@ def test_the_memo_is_bounded(tok):
     assert len(memo._seen) <= 4 * 3
 
 
+def test_the_memo_is_bounded_in_characters(tok):
+    """Long pieces (a MemAgent chunk, a document) count by their length, seen once or memoised."""
+    memo = SegmentMemo.for_tokenizer(tok, max_chars=1000)
+    assert memo is not None
+    for i in range(12):
+        text = f"<|im_start|>user\nDocument {i}: " + "a line of the document. " * (10 + 3 * i) + "<|im_end|>"
+        for _ in range(3):
+            assert memo.encode(text) == _ref(tok.backend_tokenizer, text)
+        assert memo._piece_chars == sum(map(len, memo._pieces)) <= 1000
+        assert memo._seen_chars == sum(map(len, memo._seen)) <= 1000
+    assert memo._pieces  # the last ones fit
+    huge = "<|im_start|>user\n" + "x " * 2000 + "<|im_end|>"  # longer than the whole budget: never kept
+    for _ in range(3):
+        assert memo.encode(huge) == _ref(tok.backend_tokenizer, huge)
+    assert all(len(k) < 2000 for k in [*memo._pieces, *memo._seen])
+
+
 def _metaspace_tokenizer():
     """A small BPE trained here, Metaspace pre-tokeniser that prefixes only the text's first piece."""
     t = Tokenizer(models.BPE(unk_token="<unk>"))
