@@ -267,8 +267,12 @@ async def _run(spec: dict[str, Any]) -> dict[str, Any]:
     calls = max(stats["calls"], 1)
     rewards = [sum(_reward(x) for x in r) for r in rollouts.values()]
     statuses: dict[str, int] = {}
+    errors: dict[str, int] = {}  # graphrl's error per failed sample (the first 160 characters), by count
     for x in flat:
         statuses[x.status.name.lower()] = statuses.get(x.status.name.lower(), 0) + 1
+        error = ((getattr(x, "metadata", None) or {}).get("graphrl") or {}).get("error")
+        if error:
+            errors[error[:160]] = errors.get(error[:160], 0) + 1
     lat = sorted(latencies)
     return {
         "workflow": spec["workflow"],
@@ -298,6 +302,7 @@ async def _run(spec: dict[str, Any]) -> dict[str, Any]:
         "rss_growth_mb": mem["VmHWM"] - rss0,
         "mean_reward": statistics.fmean(rewards) if rewards else 0.0,
         "statuses": statuses,
+        "errors": errors,
         **{
             k: stats[k] for k in ("calls", "prompt_tokens", "cached_tokens", "hit_rate", "work_digest", "prompt_digest")
         },
