@@ -115,29 +115,18 @@ def _run(system: str, generate: Any, args: Any, rows: list[dict], concurrency: i
     samples = samples_for(rows, 4)
     ex.turns.clear()
     calls0, enc0 = ex.calls, timed.clock.encode_s
-    gc_s = [0.0, 0.0]
-
-    def on_gc(phase: str, info: dict) -> None:
-        if phase == "start":
-            gc_s[1] = time.process_time()
-        else:
-            gc_s[0] += time.process_time() - gc_s[1]
-
     gc.collect()
-    gc.callbacks.append(on_gc)
     cpu0 = time.process_time()
-    try:
+    with client.GcClock() as collector:
         results, _ = asyncio.run(client._drive(generate, args, samples, concurrency, dict(client.SAMPLING)))
-    finally:
-        cpu = time.process_time() - cpu0
-        gc.callbacks.remove(on_gc)
+    cpu = time.process_time() - cpu0
     calls = ex.calls - calls0
     return {
         "system": system,
         "calls": calls,
         "cpu": 1e3 * cpu / calls,
         "tokenise": 1e3 * (timed.clock.encode_s - enc0) / calls,
-        "gc": 1e3 * gc_s[0] / calls,
+        "gc": 1e3 * collector.seconds / calls,
         "samples": {s.session_id: (tuple(s.tokens), tuple(s.loss_mask)) for r in results for s in as_list(r)},
         "statuses": sorted({s.status.name.lower() for r in results for s in as_list(r)}),
     }

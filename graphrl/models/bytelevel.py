@@ -32,7 +32,7 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["ByteDecoder", "byte_alphabet"]
+__all__ = ["ByteDecoder", "byte_alphabet", "fast_backend"]
 
 
 # Tables by tokenizer object, weakly keyed: a derived, read-only value of the tokenizer (renderers,
@@ -52,6 +52,15 @@ def byte_alphabet() -> dict[str, int]:
             out[chr(256 + extra)] = b
             extra += 1
     return out
+
+
+def fast_backend(tokenizer: Any) -> Any | None:
+    """The `tokenizers.Tokenizer` behind a Hugging Face tokenizer (or the object itself, which may be
+    one), or None where the tokenizer splits its special tokens into text: what the Rust backend's
+    tables and splits would get wrong. Whether the object really is a backend is the caller's check."""
+    if getattr(tokenizer, "split_special_tokens", False):
+        return None
+    return getattr(tokenizer, "backend_tokenizer", tokenizer)
 
 
 class ByteDecoder:
@@ -97,9 +106,9 @@ class ByteDecoder:
 
     @classmethod
     def _build(cls, tokenizer: Any) -> ByteDecoder | None:
-        if getattr(tokenizer, "split_special_tokens", False):
+        backend = fast_backend(tokenizer)
+        if backend is None:
             return None
-        backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
         try:
             decoder = backend.decoder
             vocab = backend.get_vocab(with_added_tokens=False)

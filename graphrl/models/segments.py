@@ -39,6 +39,8 @@ import json
 import re
 from typing import Any
 
+from .bytelevel import fast_backend
+
 __all__ = ["SegmentMemo"]
 
 # Components that act on each piece the same way wherever it stands in the text.
@@ -59,8 +61,9 @@ def _components_ok(node: Any, allowed: set[str], children: str) -> bool:
 
 
 def exact_in_pieces(config: dict[str, Any]) -> bool:
-    """Whether a tokenizer (its `to_str()` JSON, parsed) tokenises text between added tokens
-    independently of what stands around it (the module docstring's conditions)."""
+    """Whether a tokenizer tokenises text between added tokens independently of what stands around it
+    (the module docstring's conditions). `config`: the keys of its `to_str()` JSON that matter here
+    (truncation, padding, added_tokens, model type and dropout, normalizer, pre_tokenizer)."""
     if config.get("truncation") is not None or config.get("padding") is not None:
         return False
     for token in config.get("added_tokens") or ():
@@ -87,8 +90,9 @@ class SegmentMemo:
     ):
         self._backend = backend
         # leftmost match; at one position the longest added token first (what `tokenizers` matches)
+        if not added:
+            raise ValueError("a segment memo needs the tokenizer's added tokens: its pieces lie between them")
         self._split = re.compile("|".join(re.escape(a) for a in sorted(set(added), key=len, reverse=True))).finditer
-        self._has_added = bool(added)
         # memoised: at most max_pieces pieces and max_chars characters (about a quarter as many ids);
         # remembered as seen once: at most 4 x max_pieces pieces and max_chars characters
         self.min_chars, self.max_pieces, self.max_chars = min_chars, max_pieces, max_chars
@@ -99,13 +103,8 @@ class SegmentMemo:
     @classmethod
     def for_tokenizer(cls, tokenizer: Any, **options: Any) -> SegmentMemo | None:
         """A memo for a fast tokenizer that tokenises exactly in pieces, else None."""
-        # a Hugging Face fast tokenizer's backend, or a `tokenizers.Tokenizer` itself
-        backend = getattr(tokenizer, "backend_tokenizer", None)
-        if backend is None and hasattr(tokenizer, "get_added_tokens_decoder"):
-            backend = tokenizer
-        if backend is None or getattr(tokenizer, "split_special_tokens", False):
-            return None
-        if getattr(backend, "encode_special_tokens", False):  # special tokens tokenised as text: no split
+        backend = fast_backend(tokenizer)
+        if backend is None or getattr(backend, "encode_special_tokens", False):  # special tokens as text
             return None
         try:  # the components' own JSON (the whole tokenizer's `to_str()` costs ~0.3 s for Qwen)
             added = list(backend.get_added_tokens_decoder().values())
@@ -122,15 +121,16 @@ class SegmentMemo:
             }
         except (AttributeError, TypeError, ValueError):
             return None
-        if not exact_in_pieces(config):
+        contents = [t.content for t in added if t.content]
+        if not contents or not exact_in_pieces(config):  # no added token: no piece to keep
             return None
-        return cls(backend, [t.content for t in added if t.content], **options)
+        return cls(backend, contents, **options)
 
     def _whole(self, text: str) -> list[int]:
         return self._backend.encode(text, add_special_tokens=False).ids
 
     def encode(self, text: str) -> list[int]:
-        if len(text) < self.min_chars or not self._has_added:
+        if len(text) < self.min_chars:
             return self._whole(text)
         ids: list[int] = []
         start = 0  # the first character not yet tokenised

@@ -15,14 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import AddedToken, Tokenizer, decoders, models
 
-from graphrl.models import tokenizer as qt
 from graphrl.models.bytelevel import ByteDecoder, byte_alphabet
 from graphrl.runtime.chat import ChatRenderer
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return qt.qwen_tokenizer()
 
 
 @pytest.fixture(scope="module")
@@ -108,16 +102,11 @@ def test_odd_vocabulary_matches_tokenizers():
         assert table.decode(ids) == t.decode(ids, skip_special_tokens=False), ids
 
 
-def test_refuses_what_it_cannot_mirror(tok):
+def test_refuses_what_it_cannot_mirror(splitting_tokenizer_double):
     assert ByteDecoder.for_tokenizer(_odd_tokenizer(decoders.Metaspace())) is None
     assert ByteDecoder.for_tokenizer(_odd_tokenizer(decoders.Sequence([decoders.ByteLevel()]))) is None
     assert ByteDecoder.for_tokenizer(object()) is None  # no tokenizers backend (a slow tokenizer, a double)
-
-    class Splitting:
-        split_special_tokens = True
-        backend_tokenizer = tok.backend_tokenizer
-
-    assert ByteDecoder.for_tokenizer(Splitting()) is None
+    assert ByteDecoder.for_tokenizer(splitting_tokenizer_double) is None
 
 
 def test_chat_renderer_decodes_through_the_table_and_falls_back(tok):

@@ -3,19 +3,12 @@
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers, trainers
 
-from graphrl.models import tokenizer as qt
 from graphrl.models.segments import SegmentMemo
 from graphrl.runtime.chat import ChatRenderer
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return qt.qwen_tokenizer()
 
 
 def _ref(backend, text):
@@ -145,7 +138,7 @@ def _metaspace_tokenizer():
     return t
 
 
-def test_refuses_tokenizers_whose_pieces_depend_on_their_place(tok):
+def test_refuses_tokenizers_whose_pieces_depend_on_their_place(tok, splitting_tokenizer_double):
     meta = _metaspace_tokenizer()
     assert SegmentMemo.for_tokenizer(meta) is None
     # and rightly: forced, a piece tokenised on its own is prefixed as if it opened the text
@@ -169,12 +162,7 @@ def test_refuses_tokenizers_whose_pieces_depend_on_their_place(tok):
     as_text = Tokenizer.from_str(tok.backend_tokenizer.to_str())
     as_text.encode_special_tokens = True  # `<|im_start|>` becomes `<`, `|`, `im`, ...: no split there
     assert SegmentMemo.for_tokenizer(as_text) is None
-
-    class Splitting:
-        split_special_tokens = True
-        backend_tokenizer = tok.backend_tokenizer
-
-    assert SegmentMemo.for_tokenizer(Splitting()) is None
+    assert SegmentMemo.for_tokenizer(splitting_tokenizer_double) is None
 
 
 def test_the_chat_renderer_encodes_whole_prompts_through_one_shared_memo(tok):

@@ -20,11 +20,6 @@ from graphrl.models import tokenizer as qt
 
 
 @pytest.fixture(scope="module")
-def tok():
-    return qt.qwen_tokenizer()
-
-
-@pytest.fixture(scope="module")
 def reference():
     """tiktoken over the very same ranks with Qwen's split regex: the ground truth for base ids."""
     return tiktoken.Encoding(
