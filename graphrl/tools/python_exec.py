@@ -118,15 +118,18 @@ async def launch(code: str, *, cpu_s: int, policy: SandboxPolicy, isolate: bool 
         if backend == "bubblewrap":
             cfg["bwrap"] = bwrap_path()
             cfg["bwrap_args"], cfg["bwrap_claims"] = bubblewrap_args(workdir, env, policy, python)
-            tools = sandbox_shell.available()
-            if tools is not None:
-                shell = sandbox_shell.prepare(cfg, tools)
-        if shell is not None:  # sh -> prlimit -> bwrap: the shell's stderr is the report pipe
+            sh = sandbox_shell.available()
+            if sh is not None:
+                shell = sandbox_shell.prepare(cfg, sh)
+        if shell is not None:  # sh, waiting for "go" -> bwrap: the shell's stderr is the report pipe
             try:
                 proc = await _spawn(shell.argv, workdir, cgroups, stderr=report_w, pass_fds=shell.pass_fds)
             finally:
                 for fd in shell.pass_fds:
                     os.close(fd)
+            sandbox_shell.start(shell, proc.pid, cfg)  # cgroups, priority, limits: then the shell may go on
+            assert proc.stdin is not None
+            proc.stdin.write(sandbox_shell.GO)
             return Launched(proc, workdir, cgroups, report_r, policy, shell=(shell.report, cfg))
         argv = [sys.executable, "-I", "-S", "-c", _RUN_LAUNCHER, marshal.dumps(cfg).hex()]
         proc = await _spawn(argv, workdir, cgroups, stderr=asyncio.subprocess.STDOUT, pass_fds=(report_w,))

@@ -1,24 +1,30 @@
-"""The bubblewrap backend's launch without a Python launcher process: /bin/sh, then prlimit, then bwrap.
+"""The bubblewrap backend's launch without a Python launcher process: /bin/sh waits, then becomes bwrap.
 
 Input: the call's launch config (the dict `python_exec.launch` builds for `_sandbox_launcher.py`).
 Output: `ShellLaunch`: the argument list to spawn (stderr on the report pipe), the fds it must inherit,
-and the report as far as the parent already knows it; `finish_report` completes it from what the
-shell wrote.
+the report as far as the parent already knows it, and the limits and cgroups `start` gives the
+spawned shell; `finish_report` completes the report from what the shell wrote.
 
 Why: the Python launcher's own start (an interpreter, ctypes, the launcher module: about 14 ms of CPU
 per call here) was a third of a sandboxed call's CPU, yet for bubblewrap it does only three things
-before exec'ing `bwrap`: join the call's cgroups, set the rlimits, hand bwrap the seccomp program. Here
-the parent prepares the seccomp pipe and the script's fd, `/bin/sh` joins the cgroups (its builtin
-`echo` writing its pid to each `cgroup.procs`), reports each join on its stderr -- the report pipe --
-and lowers its session's CPU weight (`_sandbox_launcher.lower_priority`) before pointing stderr at
-stdout, and `prlimit` (util-linux) sets the same limits and execs bwrap with the argument list the
-Python launcher would use. Same process (one pid from sh to bwrap), same order
-(cgroups, priority, limits, bwrap), same report.
+before exec'ing `bwrap`: join the call's cgroups, set the rlimits, hand bwrap the seccomp program.
+Here the parent prepares the seccomp pipe and the script's fd and spawns `/bin/sh` (in a session of
+its own), which waits for one line on its stdin. Meanwhile `start` -- in the parent, right after the
+spawn -- moves the shell into the call's cgroups (its pid into each `cgroup.procs`), sets its rlimits
+(`prlimit(2)`) and lowers its session's CPU weight (`/proc/<pid>/autogroup`,
+`_sandbox_launcher.lower_priority`), then writes "go". The shell reads it, says "ready" on its stderr
+-- the report pipe --, points stderr at stdout and execs bwrap with the argument list the Python
+launcher would use. Same process (one pid from sh to bwrap), same order (cgroups, priority, limits,
+bwrap), same report. (Until commit 7 of this file's history a `prlimit` process set the limits: one
+exec more per call, about 1.5 ms of CPU.)
 
-Invariants: the report pipe's only write end in the child is the shell's fd 2, closed (replaced by
-stdout) before prlimit runs, so nothing of the sandbox can write to it; a limit the parent could not
-raise is left out and reported, as the launcher's failed `setrlimit` is; `available()` is None (so the
-Python launcher is used) where `/bin/sh` or `prlimit` is missing.
+Invariants: nothing of the sandbox exists before the limits and cgroups are in place (the shell
+execs bwrap only after reading "go", which the parent writes only after `start`; a parent that dies
+first closes the pipe, and the shell exits without starting anything); the report pipe's only write
+end in the child is the shell's fd 2, closed (replaced by stdout) before bwrap runs, so nothing of
+the sandbox can write to it; a limit the parent could not set is left out and reported, as the
+launcher's failed `setrlimit` is; `available()` is None (so the Python launcher is used) where
+`/bin/sh` is missing.
 """
 
 from __future__ import annotations
@@ -26,65 +32,48 @@ from __future__ import annotations
 import os
 import resource
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 
 from . import _sandbox_launcher as launcher
 
-# $1: the number of cgroups; then each cgroup.procs path; then the command (prlimit ... -- bwrap ...).
-# The autogroup's nice is set only by a session leader (field 6 of /proc/self/stat is the session):
-# in the caller's session it would lower the caller's own weight.
-SCRIPT = (
-    r"""n=$1; shift; i=0
-while [ "$i" -lt "$n" ]; do
-  if { echo $$ >"$1"; } 2>/dev/null; then echo "joined $i"; else echo "not joined $i"; fi >&2
-  i=$((i + 1)); shift
-done
-{ read -r _ _ _ _ _ sid _ </proc/self/stat; } 2>/dev/null
-if [ "$sid" = "$$" ]; then { echo %d >/proc/self/autogroup; } 2>/dev/null; fi
+GO = b"go\n"  # the parent's word that limits and cgroups are in place (`start`)
+# stdin is read one byte at a time by `read` (a pipe cannot be sought back), so the shell takes
+# exactly the line "go" and leaves the rest of stdin to the program.
+SCRIPT = r"""IFS= read -r go && [ "$go" = go ] || exit 125
 echo ready >&2
 exec 2>&1
 exec "$@"
 """
-    % launcher.AUTOGROUP_NICE
-)
-PRLIMIT_OPTION = {
-    "cpu_s": "--cpu",
-    "memory_bytes": "--as",
-    "file_bytes": "--fsize",
-    "processes": "--nproc",
-    "core_bytes": "--core",
-}
 
 
 @cache
-def available() -> tuple[str, str] | None:
-    """(sh, prlimit) when both are here (a fact of the machine, looked up once), else None."""
-    sh, prlimit = shutil.which("sh", path="/bin:/usr/bin"), shutil.which("prlimit", path="/usr/bin:/bin")
-    return (sh, prlimit) if sh and prlimit else None
+def available() -> str | None:
+    """The shell when it is here (a fact of the machine, looked up once), else None."""
+    return shutil.which("sh", path="/bin:/usr/bin")
 
 
 @dataclass
 class ShellLaunch:
     argv: list[str]
     pass_fds: tuple[int, ...]  # the seccomp program's pipe and the script, inherited by bwrap
-    report: dict  # what holds once the shell has joined the cgroups (`finish_report`)
+    report: dict  # what holds once `start` has run; `finish_report` completes it
+    limits: list[tuple[str, int, int, int]] = field(default_factory=list)  # (name, resource, soft, hard)
+    cgroups: list[dict[str, str]] = field(default_factory=list)
 
 
-def prepare(cfg: dict, tools: tuple[str, str]) -> ShellLaunch:
-    """The command line and fds for one bubblewrap call; the caller closes `pass_fds` after the spawn."""
-    sh, prlimit = tools
+def prepare(cfg: dict, sh: str) -> ShellLaunch:
+    """The command line and fds for one bubblewrap call; the caller closes `pass_fds` after the spawn
+    and calls `start` with the shell's pid."""
     report = launcher.new_report("bubblewrap", cfg["memory_bytes"])
-    limit_args, applied = [], {}
+    limits = []
     root = os.geteuid() == 0
     for name, res, soft, hard in launcher.rlimit_values(cfg):
         current = resource.getrlimit(res)[1]
         if not root and current != resource.RLIM_INFINITY and hard > current:
             report["errors"].append(f"rlimit {name}: not allowed to raise maximum limit")
             continue
-        limit_args.append(f"{PRLIMIT_OPTION[name]}={soft}:{hard}")
-        applied[name] = soft
-    report["rlimits"] = applied
+        limits.append((name, res, soft, hard))
     fds: list[int] = []
     bwrap = [cfg["bwrap"]]
     prog = launcher.seccomp_program()
@@ -106,28 +95,52 @@ def prepare(cfg: dict, tools: tuple[str, str]) -> ShellLaunch:
     fds.append(script)
     bwrap += [str(script) if a == "{script_fd}" else a for a in cfg["bwrap_args"]]
     report.update(cfg["bwrap_claims"])
-    procs = [os.path.join(g["path"], "cgroup.procs") for g in cfg["cgroups"]]
-    argv = [sh, "-c", SCRIPT, "sh", str(len(procs)), *procs, prlimit, *limit_args, "--", *bwrap]
-    return ShellLaunch(argv, tuple(fds), report)
+    argv = [sh, "-c", SCRIPT, "sh", *bwrap]
+    return ShellLaunch(argv, tuple(fds), report, limits, list(cfg["cgroups"]))
+
+
+def start(shell: ShellLaunch, pid: int, cfg: dict) -> None:
+    """Give the spawned, waiting shell `pid` its cgroups, rlimits and CPU weight, in the launcher's
+    order, recording in `shell.report` what held; the caller then writes `GO` on its stdin."""
+    errors = []
+    for group in shell.cgroups:
+        try:
+            with open(os.path.join(group["path"], "cgroup.procs"), "w") as f:
+                f.write(str(pid))
+        except OSError:
+            errors.append(f"{group['kind']} cgroup: could not join {group['path']}")
+            continue
+        launcher.cgroup_joined(cfg, shell.report, group)
+    shell.report["errors"][:0] = errors  # first, as the launcher joins the cgroups before anything else
+    lower_priority(pid)
+    applied = {}
+    for name, res, soft, hard in shell.limits:
+        try:
+            resource.prlimit(pid, res, (soft, hard))
+            applied[name] = soft
+        except (ValueError, OSError) as exc:
+            shell.report["errors"].append(f"rlimit {name}: {exc}")
+    shell.report["rlimits"] = applied
+
+
+def lower_priority(pid: int) -> None:
+    """`_sandbox_launcher.lower_priority` for the process `pid`: its session's autogroup gets nice
+    `AUTOGROUP_NICE`, only when `pid` leads its own session (else it would lower someone else's);
+    best effort, as there."""
+    try:
+        if os.getsid(pid) == pid:
+            with open(f"/proc/{pid}/autogroup", "w") as f:
+                f.write(str(launcher.AUTOGROUP_NICE))
+    except OSError:
+        pass
 
 
 def finish_report(report: dict, cfg: dict, written: bytes) -> dict:
-    """The report of a shell launch, from the parent's part and the lines the shell wrote
-    ("joined I" / "not joined I" per cgroup, then "ready"); a shell that never got to "ready" failed."""
+    """The report of a shell launch, from the parent's part and what the shell wrote ("ready" once it
+    got "go"); a shell that never got to "ready" failed."""
     lines = written.decode("utf-8", "replace").splitlines()
     if "ready" not in lines:
         return {"launcher": False, "errors": ["no report: the launcher failed", *lines[-3:]]}
-    groups, errors = cfg["cgroups"], []
-    for line in lines:
-        verb, _, index = line.rpartition(" ")
-        if verb in ("joined", "not joined") and index.isdigit() and int(index) < len(groups):
-            group = groups[int(index)]
-            if verb == "joined":
-                launcher.cgroup_joined(cfg, report, group)
-            else:
-                errors.append(f"{group['kind']} cgroup: could not join {group['path']}")
-        elif line != "ready":
-            errors.append(f"launcher: {line}")
-    report["errors"][:0] = errors  # first, as the launcher joins the cgroups before anything else
+    report["errors"] += [f"launcher: {line}" for line in lines if line != "ready"]
     launcher.limits_applied({**cfg, "real_root": os.getuid() == 0}, report, report["rlimits"])
     return report

@@ -29,8 +29,8 @@ from sandbox_procs import leftovers, no_leftovers
 pytestmark = pytest.mark.skipif(not Path("/proc/self/mountinfo").exists(), reason="Linux only")
 
 # every test runs against every backend this machine has (`make test` installs bubblewrap where it can);
-# bubblewrap twice: started through sh + prlimit (where both exist, the default) and through the Python
-# launcher (the fallback where they do not)
+# bubblewrap twice: started through a waiting /bin/sh (where it exists, the default) and through the
+# Python launcher (the fallback where it does not)
 BWRAP = ["bubblewrap", "bubblewrap-python-launcher"]
 BACKENDS = ["launcher"] + (BWRAP if Path("/proc/self/mountinfo").exists() and bubblewrap_works() else [])
 _policy = {"now": SandboxPolicy(backend="launcher")}
@@ -44,7 +44,7 @@ def backend(request):
         if request.param.endswith("-python-launcher"):
             mp.setattr(sandbox_shell, "available", lambda: None)
         elif name == "bubblewrap":
-            assert sandbox_shell.available() is not None, "sh and prlimit are on every Debian machine"
+            assert sandbox_shell.available() is not None, "/bin/sh is on every Debian machine"
         yield name
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from graphrl.tools.sandbox_host import CGROUP_V1, CGROUP_V2, WORKDIR_PREFIX, bubblewrap_works, sweep_leftovers
 
-BWRAP = ["bubblewrap", "bubblewrap-python-launcher"]  # started through sh + prlimit, or the Python launcher
+BWRAP = ["bubblewrap", "bubblewrap-python-launcher"]  # started through a waiting /bin/sh, or the Python launcher
 BACKENDS = ["launcher"] + (BWRAP if sys.platform == "linux" and bubblewrap_works() else [])
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "sleep_token_73154"

@@ -1,6 +1,6 @@
-"""The bubblewrap backend started through sh + prlimit (`graphrl.tools.sandbox_shell`) is the same
-sandbox as when started through the Python launcher: the same report, limits and fds, and a step that
-fails is reported the same way. (The escape suite, tests/tools/test_sandbox_escape.py, runs every
+"""The bubblewrap backend started through a waiting /bin/sh (`graphrl.tools.sandbox_shell`) is the
+same sandbox as when started through the Python launcher: the same report, limits and fds, and a step
+that fails is reported the same way; the shell starts nothing before the parent's "go". (The escape suite, tests/tools/test_sandbox_escape.py, runs every
 attempt against both.)"""
 
 from __future__ import annotations
@@ -77,22 +77,46 @@ def test_a_limit_above_the_hard_limit_is_left_out_and_reported_when_not_root(mon
         "bwrap_claims": {"pid_namespace": True},
         "cgroups": [],
     }
-    launch = sandbox_shell.prepare(cfg, ("/bin/sh", "/usr/bin/prlimit"))
+    launch = sandbox_shell.prepare(cfg, "/bin/sh")
     for fd in launch.pass_fds:
         os.close(fd)
-    assert not any(a.startswith("--nproc") for a in launch.argv)
-    assert "--cpu=5:6" in launch.argv and f"--as={1 << 30}:{1 << 30}" in launch.argv
+    assert [name for name, *_ in launch.limits] == ["cpu_s", "memory_bytes", "file_bytes", "core_bytes"]
+    assert launch.limits[0][1:] == (resource.RLIMIT_CPU, 5, 6)
     assert launch.argv[launch.argv.index("--file") + 1] == str(launch.pass_fds[-1])
     assert launch.report["errors"] == ["rlimit processes: not allowed to raise maximum limit"]
-    assert "processes" not in launch.report["rlimits"] and launch.report["pid_namespace"] is True
+    assert launch.report["pid_namespace"] is True
+
+
+def test_the_parent_gives_the_waiting_shell_its_limits_and_the_shell_starts_nothing_before_go():
+    """`start` sets the spawned shell's rlimits (prlimit on its pid) while it waits on stdin; only after
+    "go" does it exec the command, which inherits them. Without "go" (stdin closed: a parent that died
+    after the spawn) it exits 125 and runs nothing."""
+    import subprocess
+
+    show = [sys.executable, "-I", "-S", "-c", "import resource; print(resource.getrlimit(resource.RLIMIT_FSIZE))"]
+    launch = sandbox_shell.ShellLaunch(
+        ["/bin/sh", "-c", sandbox_shell.SCRIPT, "sh", *show], (), {"errors": [], "rlimits": {}},
+        [("file_bytes", resource.RLIMIT_FSIZE, 12345, 23456)],
+    )  # fmt: skip
+    kw = dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen(launch.argv, **kw)
+    sandbox_shell.start(launch, proc.pid, {})
+    out, err = proc.communicate(sandbox_shell.GO + b"the program's stdin", timeout=30)
+    assert (proc.returncode, out, err) == (0, b"(12345, 23456)\n", b"ready\n")
+    assert launch.report == {"errors": [], "rlimits": {"file_bytes": 12345}}
+    for feed in (b"", b"no\n"):
+        never = subprocess.Popen(launch.argv, **kw)
+        out, err = never.communicate(feed, timeout=30)
+        assert (never.returncode, out, err) == (125, b"", b"")
 
 
 def test_a_shell_that_never_got_ready_is_a_failed_launcher():
     cfg = {"cgroups": [{"kind": "memory", "path": "/m"}], "max_procs": 64, "memory_bytes": 1 << 30}
     base = lambda: {"process_limit": None, "memory_limit": "rlimit-per-process:1", "rlimits": {}, "errors": []}
-    assert sandbox_shell.finish_report(base(), cfg, b"joined 0\n")["launcher"] is False
-    done = sandbox_shell.finish_report(base(), cfg, b"joined 0\nsh: 3: odd\nready\n")
-    assert done["memory_limit"] == f"cgroup:{1 << 30}" and done["errors"] == ["launcher: sh: 3: odd"]
+    assert sandbox_shell.finish_report(base(), cfg, b"")["launcher"] is False
+    assert sandbox_shell.finish_report(base(), cfg, b"sh: 1: odd\n")["launcher"] is False
+    done = sandbox_shell.finish_report(base(), cfg, b"sh: 3: odd\nready\n")
+    assert done["errors"] == ["launcher: sh: 3: odd"]
 
 
 AUTOGROUP = "/proc/self/autogroup"
@@ -114,17 +138,27 @@ def test_the_priority_is_lowered_in_the_calls_own_session_only(way):
     from graphrl.tools import _sandbox_launcher
 
     show = [sys.executable, "-I", "-S", "-c", f"print(open({AUTOGROUP!r}).read())"]
-    if way == "shell":
-        argv = ["/bin/sh", "-c", sandbox_shell.SCRIPT, "sh", "0", *show]
+    if way == "shell":  # the parent lowers the waiting shell's session (`sandbox_shell.start`), then says go
+        argv = ["/bin/sh", "-c", sandbox_shell.SCRIPT, "sh", *show]
     else:
         code = "import sys; sys.path.insert(0, {!r}); import _sandbox_launcher as l; l.lower_priority(); {}"
         here = os.path.dirname(_sandbox_launcher.__file__)
         argv = [sys.executable, "-I", "-S", "-c", code.format(here, f"print(open({AUTOGROUP!r}).read())")]
+
+    def run(new_session: bool) -> subprocess.CompletedProcess:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=new_session
+        )
+        if way == "shell":
+            sandbox_shell.start(sandbox_shell.ShellLaunch(argv, (), {"errors": [], "rlimits": {}}), proc.pid, {})
+        out, err = proc.communicate(sandbox_shell.GO, timeout=30)
+        return subprocess.CompletedProcess(argv, proc.returncode, out.decode(), err.decode())
+
     ours = open(AUTOGROUP).read()
-    own = subprocess.run(argv, capture_output=True, text=True, timeout=30, start_new_session=True)
+    own = run(new_session=True)
     assert own.returncode == 0 and _nice_of(own.stdout) == str(_sandbox_launcher.AUTOGROUP_NICE), own
     try:
-        shared = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+        shared = run(new_session=False)
         assert shared.returncode == 0 and shared.stdout.strip() == ours.strip(), shared  # the same one, unchanged
         assert open(AUTOGROUP).read() == ours
     finally:  # a failure here lowered this test run's own priority: put it back (best effort)
