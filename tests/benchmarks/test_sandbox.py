@@ -5,6 +5,7 @@ timings: those live in the benchmark's output."""
 from __future__ import annotations
 
 import math
+import os
 import subprocess
 import sys
 import time
@@ -56,13 +57,19 @@ def test_a_tiny_run_prints_every_backend_with_both_ratios():
         "ms/call",
         "x",
         "bare",
+        "tree",
+        "CPU",
+        "ms",
+        "x",
+        "bare",
     ]
-    rows = {}
+    rows, trees = {}, {}
     for line in lines[2:]:
-        if line.startswith("machine idle") or " of " in line:
+        if line.startswith(("machine idle", "tree CPU: n/a")) or " of " in line:
             continue
         name, cells = line[:22].strip(), line[22:].split()
-        rows[name] = [float(c) for c in cells]
+        rows[name] = [float(c) for c in cells[:6]]
+        trees[name] = cells[6:]
     expected = {"bare python -I -c", "none (isolate=False)", "launcher", "launcher strict", "launcher warm"}
     if bubblewrap_works():
         expected |= {"bubblewrap", "bubblewrap strict", "bubblewrap warm"}
@@ -74,3 +81,30 @@ def test_a_tiny_run_prints_every_backend_with_both_ratios():
         assert math.isclose(ratio, med / bare[0], abs_tol=0.011), name
         assert math.isfinite(cpu) and math.isclose(cpu_ratio, cpu / bare[4], rel_tol=0.05, abs_tol=0.011), name
     assert any(line.startswith("launcher warm: ") and "served by a warm sandbox" in line for line in lines)
+    if "tree CPU: n/a" not in out.stdout:  # the meter was there: numbers against the bare row
+        own = {name: (float(a), float(b)) for name, (a, b) in trees.items()}
+        assert own["bare python -I -c"][1] == 1.0
+        for name, (ms, ratio) in own.items():  # every call starts at least one interpreter: > 1 ms
+            assert ms > 1.0 and math.isclose(ratio, ms / own["bare python -I -c"][0], rel_tol=0.01, abs_tol=0.002), name
+    else:
+        assert all(cells == ["n/a", "n/a"] for cells in trees.values())
+
+
+def test_the_tree_meter_counts_the_children_and_cleans_up():
+    """`TreeCpu` counts what this process's children spend (a busy child of 0.3 s of CPU), and leaves
+    no group behind when closed."""
+    from benchmarks.sandbox import TreeCpu
+
+    meter = TreeCpu.open()
+    if meter is None:
+        pytest.skip("no cgroup v1 cpuacct hierarchy writable here (root only)")
+    try:
+        before = meter.seconds()
+        busy = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass"
+        subprocess.run([sys.executable, "-I", "-S", "-c", busy], check=True, timeout=60)
+        spent = meter.seconds() - before
+    finally:
+        meter.close()
+    assert 0.3 <= spent < 3.0
+    assert not Path(meter.path).exists()
+    assert str(os.getpid()) in Path(meter.home, "cgroup.procs").read_text().split()
