@@ -2,7 +2,8 @@
 
 Run: `python -m benchmarks.sandbox [--calls N] [--gap S] [--concurrency C]` (about a minute).
 Prints a table: per backend, wall per call (median and p90 over N sequential calls of `print(1)`,
-`--gap` seconds apart, as a rollout's tool calls are apart while the model generates), the
+`--gap` seconds apart, as a rollout's tool calls are apart while the model generates; the backends
+take turns, one call each per round, so a drift in the machine's speed falls on all of them), the
 throughput of C concurrent calls, and the ratio of the median to the bare subprocess measured in
 the same run. Rows: bare (`python -I -c`, no isolation at all), none (`run_python(isolate=False)`:
 rlimits and process-group handling only), launcher, launcher strict, bubblewrap, bubblewrap strict
@@ -137,30 +138,44 @@ async def _idle_rate(span: float = 2.0) -> float:
     return (_busy_s() - b0) / (time.perf_counter() - t0)
 
 
-async def _measure(
-    call, calls: int, gap: float, concurrency: int, idle: float, tree: TreeCpu | None
-) -> tuple[float, float, float, float, float]:
-    await call()  # warm-up (and bubblewrap's one-time probe; a pool's first sandboxes)
+async def _measure(rows, calls: int, gap: float, concurrency: int, idle: float, tree: TreeCpu | None) -> list[tuple]:
+    """Per row: (median wall, p90 wall, calls/s at `concurrency`, machine CPU per call, tree CPU per
+    call). The sequential calls are interleaved -- round k calls every row once, `gap` seconds apart
+    -- so a drift in the machine's speed (this VM's CPU time for the same work moves by 10-20% from
+    minute to minute) falls on every row alike. A call's CPU is what the meters count from its start
+    to the next call's: the gap before the next call holds its aftermath (a warm pool's refill, the
+    clean-up), and the tree meter counts nothing of anyone else."""
+    for _, call in rows:
+        await call()  # warm-up (and bubblewrap's one-time probe; a pool's first sandboxes)
     await asyncio.sleep(0.5)
-    walls = []
-    tree0 = tree.seconds() if tree else math.nan
-    b0, t0 = _busy_s(), time.perf_counter()
-    for _ in range(calls):
-        await asyncio.sleep(gap)
-        t1 = time.perf_counter()
-        await call()
-        walls.append(time.perf_counter() - t1)
-    await asyncio.sleep(0.5)  # a warm pool's refill after the last call is part of its cost
-    cpu = (_busy_s() - b0 - idle * (time.perf_counter() - t0)) / calls
-    own = (tree.seconds() - tree0) / calls if tree else math.nan
-    t0 = time.perf_counter()
-    await asyncio.gather(*(call() for _ in range(concurrency)))
-    rate = concurrency / (time.perf_counter() - t0)
-    close = getattr(call, "close", None)
-    if close is not None:
-        await close()
-    walls.sort()
-    return statistics.median(walls), walls[math.ceil(0.9 * len(walls)) - 1], rate, cpu, own
+    walls: list[list[float]] = [[] for _ in rows]
+    cpu, own = [0.0] * len(rows), [0.0] * len(rows)
+    mark = None  # (row, machine busy s, tree s, time) at the previous call's start
+    for _ in range(calls + 1):
+        for i, (_, call) in enumerate(rows):
+            await asyncio.sleep(gap)
+            now = (i, _busy_s(), tree.seconds() if tree else math.nan, time.perf_counter())
+            if mark is not None:
+                j, b0, o0, t0 = mark
+                cpu[j] += now[1] - b0 - idle * (now[3] - t0)
+                own[j] += now[2] - o0
+            if len(walls[i]) == calls:  # the extra round only closes the last call's window
+                mark = None
+                break
+            mark = now
+            await call()
+            walls[i].append(time.perf_counter() - now[3])
+    out = []
+    for i, (_, call) in enumerate(rows):
+        t0 = time.perf_counter()
+        await asyncio.gather(*(call() for _ in range(concurrency)))
+        rate = concurrency / (time.perf_counter() - t0)
+        close = getattr(call, "close", None)
+        if close is not None:
+            await close()
+        w = sorted(walls[i])
+        out.append((statistics.median(w), w[math.ceil(0.9 * len(w)) - 1], rate, cpu[i] / calls, own[i] / calls))
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -180,14 +195,16 @@ def main(argv: list[str] | None = None) -> int:
     idle = asyncio.run(_idle_rate())
     tree = TreeCpu.open()
     try:
-        results = [(name, asyncio.run(_measure(fn, a.calls, a.gap, a.concurrency, idle, tree))) for name, fn in rows]
+        measured = asyncio.run(_measure(rows, a.calls, a.gap, a.concurrency, idle, tree))
+        results = [(name, m) for (name, _), m in zip(rows, measured)]
     finally:
         if tree is not None:
             tree.close()
     warm_counts = {name: fn.served[0] for name, fn in rows if hasattr(fn, "served") and "warm" in name}
     base = results[0][1][0]
     print(
-        f"python tool per call: {a.calls} sequential calls of {CODE!r} {a.gap:g} s apart, then {a.concurrency} at once"
+        f"python tool per call: {a.calls} sequential calls of {CODE!r} per backend, the backends interleaved and"
+        f" {a.gap:g} s apart, then {a.concurrency} at once"
     )
     head = f"{'backend':<22} {'median ms':>10} {'p90 ms':>8} {'calls/s @' + str(a.concurrency):>13} {'x bare':>7}"
     print(f"{head} {'CPU ms/call':>12} {'x bare':>7} {'tree CPU ms':>12} {'x bare':>7}")
