@@ -15,8 +15,9 @@ spawn -- moves the shell into the call's cgroups (its pid into each `cgroup.proc
 `_sandbox_launcher.lower_priority`), then writes "go". The shell reads it, says "ready" on its stderr
 -- the report pipe --, points stderr at stdout and execs bwrap with the argument list the Python
 launcher would use. Same process (one pid from sh to bwrap), same order (cgroups, priority, limits,
-bwrap), same report. (Until commit 7 of this file's history a `prlimit` process set the limits: one
-exec more per call, about 1.5 ms of CPU.)
+bwrap), same report. (Before commit 62bedcd the shell joined the cgroups itself and a
+`prlimit` process set the limits: one exec more per call; docs/performance.md, the python tool's
+CPU, part 3.)
 
 Invariants: nothing of the sandbox exists before the limits and cgroups are in place (the shell
 execs bwrap only after reading "go", which the parent writes only after `start`; a parent that dies
