@@ -272,7 +272,8 @@ async def _run(spec: dict[str, Any]) -> dict[str, Any]:
         statuses[x.status.name.lower()] = statuses.get(x.status.name.lower(), 0) + 1
         error = ((getattr(x, "metadata", None) or {}).get("graphrl") or {}).get("error")
         if error:
-            errors[error[:160]] = errors.get(error[:160], 0) + 1
+            key = error[:160]
+            errors[key] = errors.get(key, 0) + 1
     lat = sorted(latencies)
     return {
         "workflow": spec["workflow"],

@@ -100,12 +100,11 @@ class TreeCpu:
 
     @staticmethod
     def _current(root: str) -> str:
-        """This process's group in `root`'s hierarchy (from /proc/self/cgroup)."""
-        name = os.path.basename(root)
+        """This process's group in the cpuacct hierarchy (from /proc/self/cgroup)."""
         with open("/proc/self/cgroup") as f:
             for line in f:
                 _, controllers, group = line.rstrip("\n").split(":", 2)
-                if name in controllers.split(",") or controllers == name:
+                if "cpuacct" in controllers.split(","):
                     return group.rstrip("/")
         return ""
 
@@ -150,21 +149,24 @@ async def _measure(rows, calls: int, gap: float, concurrency: int, idle: float, 
     await asyncio.sleep(0.5)
     walls: list[list[float]] = [[] for _ in rows]
     cpu, own = [0.0] * len(rows), [0.0] * len(rows)
-    mark = None  # (row, machine busy s, tree s, time) at the previous call's start
-    for _ in range(calls + 1):
+    meters = lambda: (_busy_s(), tree.seconds() if tree else math.nan, time.perf_counter())
+    last, then = 0, meters()  # the previous call's row and the meters at its start
+
+    def count(now: tuple[float, float, float]) -> None:  # the previous call's window, up to `now`
+        cpu[last] += now[0] - then[0] - idle * (now[2] - then[2])
+        own[last] += now[1] - then[1]
+
+    for k in range(calls):
         for i, (_, call) in enumerate(rows):
             await asyncio.sleep(gap)
-            now = (i, _busy_s(), tree.seconds() if tree else math.nan, time.perf_counter())
-            if mark is not None:
-                j, b0, o0, t0 = mark
-                cpu[j] += now[1] - b0 - idle * (now[3] - t0)
-                own[j] += now[2] - o0
-            if len(walls[i]) == calls:  # the extra round only closes the last call's window
-                mark = None
-                break
-            mark = now
+            now = meters()
+            if k or i:
+                count(now)
+            last, then = i, now
             await call()
-            walls[i].append(time.perf_counter() - now[3])
+            walls[i].append(time.perf_counter() - now[2])
+    await asyncio.sleep(gap)  # the last call's aftermath
+    count(meters())
     out = []
     for i, (_, call) in enumerate(rows):
         t0 = time.perf_counter()

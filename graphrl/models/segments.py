@@ -30,7 +30,8 @@ Invariants:
 - a piece is memoised the second time it is seen (a piece seen once costs no extra call into the
   tokenizer) and only when it has at least `min_chars` characters; the memo is bounded
   (`max_pieces` pieces and `max_chars` characters, oldest first out; what it remembers as seen once
-  too) and belongs to its renderer: no state outside the object.
+  is bounded too, and forgotten all at once when full) and belongs to its renderer: no state outside
+  the object.
 """
 
 from __future__ import annotations
@@ -159,15 +160,15 @@ class SegmentMemo:
                 self._seen[piece] = None
                 self._seen_chars += n
                 return start
-            if self._seen.pop(piece, 0) is None:
-                self._seen_chars -= n
+            del self._seen[piece]
+            self._seen_chars -= n
             hit = self._whole(piece)
             while self._pieces and (
                 len(self._pieces) >= self.max_pieces or self._piece_chars + n > self.max_chars
             ):  # the oldest out first
                 oldest = next(iter(self._pieces))
-                if self._pieces.pop(oldest, None) is not None:
-                    self._piece_chars -= len(oldest)
+                del self._pieces[oldest]
+                self._piece_chars -= len(oldest)
             self._pieces[piece] = hit
             self._piece_chars += n
         if start < a:

@@ -108,10 +108,13 @@ class ChatRenderer:
         vocab_size: int | None = None,
         template_kwargs: Mapping[str, Any] | None = None,
         completion: bool = False,
+        _shares: ChatRenderer | None = None,
     ):
         """`chat_template`: a template's source instead of the tokenizer's; `template_kwargs`:
         variables every render gets (e.g. {"enable_thinking": False}); `completion`: no chat
-        template at all, the prompt is the messages' text as written (see `CompletionRenderer`)."""
+        template at all, the prompt is the messages' text as written (see `CompletionRenderer`).
+        `_shares` (`variant`): the renderer of the same tokenizer whose decoding table and segment
+        memo this one uses instead of making its own."""
         self.tokenizer = tokenizer
         self.template: TemplateRenderer | CompletionRenderer = (
             CompletionRenderer()
@@ -127,10 +130,14 @@ class ChatRenderer:
         self._one: dict[int, str] = {}  # single-token decodings (a turn's stop token, every turn)
         # the byte-level decoding table, built at the first decode and shared with variants:
         # [table] once built ([None]: the tokenizer's decode is not plain byte-level)
-        self._bytes: list[ByteDecoder | None] = []
+        self._bytes: list[ByteDecoder | None] = [] if _shares is None else _shares._bytes
         # whole-prompt tokenisation with long pieces between special tokens memoised (system prompts,
         # tool descriptions): exact for the tokenizers `SegmentMemo` accepts, None for the others
-        self._memo = SegmentMemo.for_tokenizer(tokenizer) if self._backend is not None else None
+        self._memo: SegmentMemo | None
+        if _shares is not None:
+            self._memo = _shares._memo
+        else:
+            self._memo = SegmentMemo.for_tokenizer(tokenizer) if self._backend is not None else None
         # The ids a model may legally emit: the tokenizer's (base + added special tokens), or the
         # model's embedding rows when the caller knows them (often padded past the tokenizer, e.g.
         # 151,936 rows for Qwen2.5's 151,669 ids); ids at or past this bound are engine errors.
@@ -169,8 +176,8 @@ class ChatRenderer:
                 vocab_size=self.vocab_size,
                 template_kwargs={**self.template.kwargs, **(template_kwargs or {})},
                 completion=completion,
+                _shares=self,
             )
-            out._bytes, out._memo = self._bytes, self._memo
         return out
 
     # -- text <-> ids -----------------------------------------------------------------------------

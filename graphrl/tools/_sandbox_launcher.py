@@ -66,7 +66,7 @@ def _mount(source, target, fstype, flags, data=None):
 AUTOGROUP_NICE = 10  # the call's scheduling autogroup: see lower_priority
 
 
-def lower_priority():
+def lower_priority(pid=0):
     """Give the call's session (its own: the parent starts every sandbox with setsid) a lower CPU
     weight than the process that runs the rollouts. Where the kernel groups scheduling by session
     (autogroup, CONFIG_SCHED_AUTOGROUP), each sandbox would otherwise weigh as
@@ -75,11 +75,12 @@ def lower_priority():
     is idle. Raising the nice of one's own autogroup needs no privilege, but without CAP_SYS_ADMIN the
     kernel allows one autogroup change per 100 ms machine-wide (EAGAIN otherwise, ignored): best effort
     for a non-root graphrl. Where there is no autogroup nothing changes (processes then compete one by
-    one, as any subprocess of graphrl would)."""
-    if os.getsid(0) != os.getpid():  # not the call's own session: it would lower the caller's weight
-        return
+    one, as any subprocess of graphrl would). `pid`: the process whose session it is (0: this one;
+    graphrl passes the waiting shell of `sandbox_shell`)."""
     try:
-        _write("/proc/self/autogroup", str(AUTOGROUP_NICE))
+        if os.getsid(pid) != (pid or os.getpid()):  # not its own session: it would lower the caller's weight
+            return
+        _write(f"/proc/{pid or 'self'}/autogroup", str(AUTOGROUP_NICE))
     except OSError:
         pass
 

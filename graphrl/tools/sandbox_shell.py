@@ -60,7 +60,6 @@ class ShellLaunch:
     pass_fds: tuple[int, ...]  # the seccomp program's pipe and the script, inherited by bwrap
     report: dict  # what holds once `start` has run; `finish_report` completes it
     limits: list[tuple[str, int, int, int]] = field(default_factory=list)  # (name, resource, soft, hard)
-    cgroups: list[dict[str, str]] = field(default_factory=list)
 
 
 def prepare(cfg: dict, sh: str) -> ShellLaunch:
@@ -97,14 +96,14 @@ def prepare(cfg: dict, sh: str) -> ShellLaunch:
     bwrap += [str(script) if a == "{script_fd}" else a for a in cfg["bwrap_args"]]
     report.update(cfg["bwrap_claims"])
     argv = [sh, "-c", SCRIPT, "sh", *bwrap]
-    return ShellLaunch(argv, tuple(fds), report, limits, list(cfg["cgroups"]))
+    return ShellLaunch(argv, tuple(fds), report, limits)
 
 
 def start(shell: ShellLaunch, pid: int, cfg: dict) -> None:
     """Give the spawned, waiting shell `pid` its cgroups, rlimits and CPU weight, in the launcher's
     order, recording in `shell.report` what held; the caller then writes `GO` on its stdin."""
     errors = []
-    for group in shell.cgroups:
+    for group in cfg.get("cgroups") or []:
         try:
             with open(os.path.join(group["path"], "cgroup.procs"), "w") as f:
                 f.write(str(pid))
@@ -113,7 +112,7 @@ def start(shell: ShellLaunch, pid: int, cfg: dict) -> None:
             continue
         launcher.cgroup_joined(cfg, shell.report, group)
     shell.report["errors"][:0] = errors  # first, as the launcher joins the cgroups before anything else
-    lower_priority(pid)
+    launcher.lower_priority(pid)
     applied = {}
     for name, res, soft, hard in shell.limits:
         try:
@@ -122,18 +121,6 @@ def start(shell: ShellLaunch, pid: int, cfg: dict) -> None:
         except (ValueError, OSError) as exc:
             shell.report["errors"].append(f"rlimit {name}: {exc}")
     shell.report["rlimits"] = applied
-
-
-def lower_priority(pid: int) -> None:
-    """`_sandbox_launcher.lower_priority` for the process `pid`: its session's autogroup gets nice
-    `AUTOGROUP_NICE`, only when `pid` leads its own session (else it would lower someone else's);
-    best effort, as there."""
-    try:
-        if os.getsid(pid) == pid:
-            with open(f"/proc/{pid}/autogroup", "w") as f:
-                f.write(str(launcher.AUTOGROUP_NICE))
-    except OSError:
-        pass
 
 
 def finish_report(report: dict, cfg: dict, written: bytes) -> dict:
