@@ -27,7 +27,8 @@ import sys
 import time
 
 from graphrl.tools.python_exec import run_python
-from graphrl.tools.sandbox_host import WARM_SANDBOXES, SandboxPolicy, bubblewrap_works
+from graphrl.tools.sandbox_fork import ForkServer
+from graphrl.tools.sandbox_host import WARM_SANDBOXES, SandboxPolicy, bubblewrap_works, fork_works
 from graphrl.tools.sandbox_pool import SandboxPool
 
 from .client import machine_busy_s as _busy_s  # the machine's busy CPU seconds (all cores)
@@ -44,7 +45,7 @@ async def _bare() -> None:
 
 
 def _sandboxed(policy: SandboxPolicy | None, warm: bool = False):
-    pools: dict[int, SandboxPool] = {}
+    pools: dict[int, SandboxPool | ForkServer] = {}
     served = [0]  # calls the closed pools served warm
 
     async def call() -> None:
@@ -52,7 +53,9 @@ def _sandboxed(policy: SandboxPolicy | None, warm: bool = False):
         pool = None
         if warm:
             loop = id(asyncio.get_running_loop())
-            pool = pools.setdefault(loop, SandboxPool(pol, pol.warm))
+            if loop not in pools:
+                pools[loop] = ForkServer(pol) if pol.backend == "fork" else SandboxPool(pol, pol.warm)
+            pool = pools[loop]
         res = await run_python(CODE, timeout=10, policy=pol, isolate=policy is not None, warm=pool)
         assert res.ok and res.text == "1\n", res.text
 
@@ -187,6 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=int, default=16)
     a = ap.parse_args(argv)
     rows = [("bare python -I -c", _bare), ("none (isolate=False)", _sandboxed(None))]
+    if fork_works():
+        rows += [("fork server", _sandboxed(SandboxPolicy(backend="fork", warm=WARM_SANDBOXES), warm=True))]
+        rows += [("fork server strict", _sandboxed(SandboxPolicy(backend="fork", strict=True, warm=1), warm=True))]
     rows += [("launcher", _sandboxed(SandboxPolicy(backend="launcher")))]
     rows += [("launcher strict", _sandboxed(SandboxPolicy(backend="launcher", strict=True)))]
     rows += [("launcher warm", _sandboxed(SandboxPolicy(backend="launcher", warm=WARM_SANDBOXES), warm=True))]
@@ -202,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if tree is not None:
             tree.close()
-    warm_counts = {name: fn.served[0] for name, fn in rows if hasattr(fn, "served") and "warm" in name}
+    warm_counts = {name: fn.served[0] for name, fn in rows if hasattr(fn, "served") and ("warm" in name or "fork" in name)}
     base = results[0][1][0]
     print(
         f"python tool per call: {a.calls} sequential calls of {CODE!r} per backend, the backends interleaved and"
@@ -219,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     if tree is None:
         print("tree CPU: n/a (needs root and a cgroup v1 cpuacct hierarchy)")
     for name, n in warm_counts.items():
-        print(f"{name}: {n} of {a.calls + a.concurrency + 1} calls served by a warm sandbox")
+        print(f"{name}: {n} of {a.calls + a.concurrency + 1} calls served warm (a started or a forked sandbox)")
     return 0
 
 

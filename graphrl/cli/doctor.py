@@ -53,5 +53,5 @@ def doctor_command(as_json: bool) -> None:
     click.echo(f"  disk:      {rep.get('disk_limit') or 'per file only (RLIMIT_FSIZE)'}")
     for err in rep.get("errors") or []:
         click.echo(f"  note: {err}")
-    if policy.backend == "auto" and rep.get("backend") != "bubblewrap":
+    if policy.backend == "auto" and rep.get("backend") not in ("bubblewrap", "fork"):
         click.echo("  (install Debian's `bubblewrap` to use it as the backend: docs/sandbox.md)")

@@ -204,13 +204,16 @@ def _minimal_dev(workdir, report, target):
 
 
 def _workdir_tmpfs(cfg, target, report):
-    """A tmpfs of `disk_bytes` at `target` holding the script: every byte the code writes counts."""
-    script = os.path.join(cfg["workdir"], cfg["script"])
-    with open(script, "rb") as f:
-        code = f.read()
+    """A tmpfs of `disk_bytes` at `target` holding the script (none for the fork server, whose
+    waiter writes it): every byte the code writes counts."""
+    code = None
+    if cfg.get("script"):
+        with open(os.path.join(cfg["workdir"], cfg["script"]), "rb") as f:
+            code = f.read()
     _mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, f"size={cfg['disk_bytes']},mode=700")
-    with open(os.path.join(target, cfg["script"]), "wb") as f:
-        f.write(code)
+    if code is not None:
+        with open(os.path.join(target, cfg["script"]), "wb") as f:
+            f.write(code)
     report["disk_limit"] = f"tmpfs:{cfg['disk_bytes']}"
 
 
@@ -433,7 +436,21 @@ def main():
     _die_with_parent()
     if cfg.get("parent_pid") and os.getppid() != cfg["parent_pid"]:
         os._exit(137)
-    report_fd = cfg["report_fd"]
+    isolate(cfg, cfg["report_fd"])
+    os.chdir(cfg["workdir"])
+    try:
+        os.execve(cfg["python"], [cfg["python"], "-I", cfg["script"]], cfg["env"])
+    except OSError as exc:
+        os.write(2, f"sandbox: cannot start python: {exc}\n".encode())
+        os._exit(126)
+
+
+def isolate(cfg, report_fd, status_fd=None, in_process=False):
+    """L0 -> L1 -> L2 (module docstring): returns in L2, isolated, with the report written to
+    `report_fd` and closed; L0 and L1 never return. Backend "bubblewrap" execs bwrap from L0 instead.
+    `status_fd` (the fork server's, `_sandbox_zygote`): L0 writes b"X<exit code>\n" there before it
+    exits; L1 and L2 close it. `in_process`: L2 will run the code in this interpreter, so SIGINT
+    gets Python's own handler back rather than the default action."""
     backend = cfg.get("backend", "launcher")
     report = new_report(backend, cfg["memory_bytes"])
     cfg["real_root"] = os.getuid() == 0
@@ -446,8 +463,16 @@ def main():
     l1 = os.fork()
     if l1:
         os.close(report_fd)
-        os._exit(_wait_for(l1))  # no interpreter teardown: the call ends as soon as its code does
+        code = _wait_for(l1)
+        if status_fd is not None:
+            try:
+                os.write(status_fd, b"X%d\n" % code)
+            except OSError:
+                pass
+        os._exit(code)  # no interpreter teardown: the call ends as soon as its code does
     # L1: pid 1 of the new pid namespace (when there is one)
+    if status_fd is not None:
+        os.close(status_fd)
     _die_with_parent()
     if report["mount_namespace"]:
         try:
@@ -465,20 +490,16 @@ def main():
         os._exit(_wait_for(l2))
     # L2: becomes the user's program
     _die_with_parent()
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler if in_process else signal.SIG_DFL)
     _limits(cfg, report)
     _drop_capabilities(report)
     if backend != "none" and report["capabilities_dropped"]:
         _seccomp(report)
     os.write(report_fd, marshal.dumps(report))
     os.close(report_fd)
-    os.chdir(cfg["workdir"])
-    try:
-        os.execve(cfg["python"], [cfg["python"], "-I", cfg["script"]], cfg["env"])
-    except OSError as exc:
-        os.write(2, f"sandbox: cannot start python: {exc}\n".encode())
-        os._exit(126)
+    return report
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ import os
 import shutil
 import signal
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -39,6 +39,7 @@ from .sandbox_host import (
     bubblewrap_args,
     bubblewrap_works,
     bwrap_path,
+    fork_works,
     kill_members,
     make_cgroups,
     make_workdir,
@@ -87,9 +88,13 @@ class Launched:
 async def launch(code: str, *, cpu_s: int, policy: SandboxPolicy, isolate: bool = True) -> Launched:
     """Start `code` as main.py in a fresh sandbox under `policy`; stdin and stdout are pipes
     (stderr joins stdout). The caller owns the result and must `dispose` it."""
-    if isolate and policy.backend != "launcher" and bubblewrap_works.cache_info().currsize == 0:
-        await asyncio.to_thread(bubblewrap_works)  # the one-time probe, off the event loop
+    probes = {"auto": (fork_works, bubblewrap_works), "bubblewrap": (bubblewrap_works,)}.get(policy.backend, ())
+    for probe in probes if isolate else ():
+        if probe.cache_info().currsize == 0:
+            await asyncio.to_thread(probe)  # the one-time probes, off the event loop
     backend = resolve_backend(policy) if isolate else "none"
+    if backend == "fork":  # a call the fork server could not serve: the same sandbox, started cold
+        backend = "launcher"
     workdir = make_workdir()
     cgroups = make_cgroups(policy) if isolate else []
     report_r, report_w = os.pipe()
@@ -323,6 +328,14 @@ async def run_python(
     cpu_s = max(1, int(timeout) + 1)
     feed = stdin.encode("utf-8") if stdin else b""
     raw = code.encode("utf-8")  # before a warm sandbox is taken: code that cannot be encoded fails here
+    if warm is None and isolate and policy.backend == "fork":  # a lone call: a server for it alone
+        from .sandbox_fork import ForkServer
+
+        server = ForkServer(policy)
+        try:
+            return await run_python(code, timeout=timeout, stdin=stdin, policy=policy, warm=server)
+        finally:
+            await server.close()
     run = await warm.take(policy) if warm is not None and isolate else None
     if run is None:
         run = await launch(code, cpu_s=cpu_s, policy=policy, isolate=isolate)
@@ -470,5 +483,9 @@ async def _remove_cgroup(path: str) -> None:
 
 
 def sandbox_report(timeout: float = 10.0, policy: SandboxPolicy | None = None) -> dict:
-    """What the sandbox guarantees on this machine now: the report of one trivial run."""
+    """What the sandbox guarantees on this machine now: the report of one trivial run (through the
+    fork server where the policy resolves to it, as `ToolBox` would run it)."""
+    policy = policy or SandboxPolicy()
+    if resolve_backend(policy) == "fork":
+        policy = replace(policy, backend="fork")
     return asyncio.run(run_python("pass", timeout=timeout, policy=policy)).data["sandbox"]

@@ -32,7 +32,8 @@ from ..spec.imports import ImportProblem, resolve_callable
 from .python_exec import run_python
 from .python_session import PythonSession
 from .retrieval import retrieve
-from .sandbox_host import SandboxPolicy, sweep_leftovers
+from .sandbox_fork import ForkServer
+from .sandbox_host import SandboxPolicy, fork_works, resolve_backend, sweep_leftovers
 from .sandbox_pool import SandboxPool
 
 
@@ -45,12 +46,18 @@ class ToolBox:
         self._sandbox = sandbox or SandboxPolicy()
         self._swept = False
         # warm sandboxes, one pool per event loop (their processes belong to the loop that made them)
-        self._pools = LoopSessions(lambda: SandboxPool(self._sandbox, self._sandbox.warm))
+        self._pools: LoopSessions[SandboxPool | ForkServer] = LoopSessions(self._warm_source)
         self._fns: dict[str, Callable[..., Any] | ImportProblem] = {}
         # keep-alive shorter than common servers' 5 s, so an idle socket the server closed is not reused
         self._http = LoopSessions(
             lambda: aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=256, keepalive_timeout=4.0))
         )
+
+    def _warm_source(self) -> SandboxPool | ForkServer:
+        """The fork server where the policy resolves to it, else a pool of started sandboxes."""
+        if resolve_backend(self._sandbox) == "fork":
+            return ForkServer(self._sandbox)
+        return SandboxPool(self._sandbox, self._sandbox.warm)
 
     async def close(self) -> None:
         """Close the HTTP session and the warm sandboxes of this event loop's tools (no-op if none)."""
@@ -62,6 +69,8 @@ class ToolBox:
         if not self._swept:
             self._swept = True
             await asyncio.to_thread(sweep_leftovers)
+            if self._sandbox.warm > 0 and self._sandbox.backend == "auto":
+                await asyncio.to_thread(fork_works)  # the one-time probe, off the event loop
         policy = self._sandbox.with_strict(self._sandbox.strict or _truthy(args.get("strict")))
         code = str(args.get("code", ""))
         if not _truthy(args.get("session")):

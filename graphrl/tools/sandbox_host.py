@@ -30,7 +30,7 @@ MEMORY_BYTES = 1 << 30  # address space per process, and all processes of one ca
 DISK_BYTES = 64 << 20  # everything one call may write (its work directory is a tmpfs of this size)
 MAX_PROCS = 64  # processes (and threads) at once
 WARM_SANDBOXES = 2  # default GRAPHRL_SANDBOX_WARM
-BACKENDS = ("auto", "bubblewrap", "launcher")
+BACKENDS = ("auto", "fork", "bubblewrap", "launcher")
 WORKDIR_PREFIX = "graphrl-py-"
 CGROUP_V1 = {"pids": "/sys/fs/cgroup/pids", "memory": "/sys/fs/cgroup/memory"}
 CGROUP_V2 = "/sys/fs/cgroup"
@@ -77,9 +77,12 @@ class SandboxPolicy:
 
 
 def resolve_backend(policy: SandboxPolicy) -> str:
-    """The backend a call will use: bubblewrap when asked for or (auto) when it works here, else the launcher."""
-    if policy.backend == "launcher":
-        return "launcher"
+    """The backend a call will use: the one asked for; for auto, the fork server when warm sandboxes
+    are on and the launcher's namespaces work here, else bubblewrap where it works, else the launcher."""
+    if policy.backend in ("launcher", "fork"):
+        return policy.backend
+    if policy.backend == "auto" and policy.warm > 0 and fork_works():
+        return "fork"
     if bubblewrap_works():
         return "bubblewrap"
     if policy.backend == "bubblewrap":
@@ -109,6 +112,27 @@ def bubblewrap_works() -> bool:
             capture_output=True,
             timeout=10,
         )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0
+
+
+_FORK_PROBE = (
+    "import ctypes, os\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "flags = 0x20000 | 0x20000000 | 0x40000000 | (0 if os.getuid() == 0 else 0x10000000)\n"
+    "raise SystemExit(0 if libc.unshare(flags) == 0 else 1)\n"
+)
+
+
+@cache
+def fork_works() -> bool:
+    """Whether the launcher can make its mount, pid and network namespaces here (root, or unprivileged
+    user namespaces): then `auto` with warm sandboxes uses the fork server. Probed once."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        done = subprocess.run([sys.executable, "-I", "-S", "-c", _FORK_PROBE], capture_output=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return False
     return done.returncode == 0

@@ -1,0 +1,321 @@
+"""The python tool's fork server, host side: each call's sandbox forked from a waiting interpreter.
+
+Input: a `SandboxPolicy`. Output: `ForkServer.take(policy)` -> a `python_exec.Launched` whose
+process is a fresh fork of a server interpreter (`_sandbox_zygote`), isolated by the launcher's own
+steps (cgroups, namespaces, mounts, limits, capabilities, seccomp: the "launcher" backend's
+sandbox, docs/sandbox.md) and waiting in `python_exec.WAITER` for its code, as a warm sandbox
+does. A call then skips both interpreter starts (the launcher's and the code's) and the sandbox's
+set-up is a few system calls: that is what makes it cheaper than a bare `python -I -c` subprocess.
+
+Invariants: one server interpreter per policy, started on first use, belonging to the event loop
+that started it (`ToolBox` keeps one `ForkServer` per loop); each fork serves one call; the server
+never runs user code; `close()` ends the servers and `abandon()` kills them without a loop; a call
+the server cannot serve (it died, or could not fork) gets None and starts cold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import marshal
+import os
+import re
+import shutil
+import signal
+import socket
+import sys
+from pathlib import Path
+
+from ..runtime.deadline import within
+from .python_exec import _ENV, FILE_BYTES, WAITER, Launched, _remove_cgroup, await_report, dispose
+from .sandbox_host import SandboxPolicy, make_cgroups, make_workdir, strict_paths, strict_python
+
+SERVER_START_S = 30.0  # a server that has not forked one call by then is given up
+POOL_CPU_S = 3600  # the waiter lowers this to the call's own limit before the code runs
+_TOOLS = str(Path(__file__).parent)
+def zygote_source(ctl_fd: int, parent_pid: int) -> str:
+    """The server's main.py: it records the interpreter's state as started, serves forks, and in each
+    call's process falls through to the waiter (`WAITER`), at module level as in a warm sandbox."""
+    return (
+        "def _zygote():\n"
+        "    import sys\n"
+        "    before = frozenset(sys.modules), list(sys.path), frozenset(sys.path_importer_cache)\n"
+        f"    sys.path.append({_TOOLS!r})\n"
+        "    import _sandbox_zygote\n"
+        f"    _sandbox_zygote.serve({ctl_fd}, {parent_pid}, before, globals())\n"
+        "_zygote()\n" + WAITER
+    )
+
+
+class ForkedProcess:
+    """One call's L0 as `run_python` drives it: `pid` (its session and process group), `stdin`,
+    `stdout`, `returncode` and `wait()`, like asyncio's Process. It is the server's child, not
+    ours, so its exit code comes on the status pipe (b"X<code>\\n"); a pipe that closes without
+    one means it was killed (returncode -SIGKILL)."""
+
+    def __init__(self, status_fd: int, loop: asyncio.AbstractEventLoop):
+        self.pid = 0
+        self.returncode: int | None = None
+        self.stdin: asyncio.StreamWriter | None = None
+        self.stdout: asyncio.StreamReader | None = None
+        self._out: asyncio.ReadTransport | None = None
+        self._fd = status_fd
+        self._buf = b""
+        self._loop = loop
+        self._started: asyncio.Future[None] = loop.create_future()
+        self._done: asyncio.Future[None] = loop.create_future()
+        self._transport = self  # what `python_exec._stop` closes when something still holds the output
+        os.set_blocking(status_fd, False)
+        loop.add_reader(status_fd, self._readable)
+
+    async def connect(self, stdin_w: int, stdout_r: int) -> None:
+        loop = self._loop
+        self.stdout = reader = asyncio.StreamReader(limit=1 << 16, loop=loop)
+        self._out, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader, loop=loop), os.fdopen(stdout_r, "rb", 0)
+        )
+        transport, protocol = await loop.connect_write_pipe(
+            lambda: asyncio.streams.FlowControlMixin(loop=loop), os.fdopen(stdin_w, "wb", 0)
+        )
+        self.stdin = asyncio.StreamWriter(transport, protocol, None, loop)
+
+    async def started(self) -> bool:
+        """Wait for the pid line; False when the status pipe closed first (nothing was started)."""
+        await asyncio.shield(self._started)
+        return self.pid > 0
+
+    def _readable(self) -> None:
+        try:
+            chunk = os.read(self._fd, 256)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        self._buf += chunk
+        if not self._started.done() and (b"\n" in self._buf or not chunk):
+            line = self._buf.split(b"\n", 1)[0]
+            self.pid = int(line) if line.isdigit() else 0
+            self._started.set_result(None)
+        if not chunk:
+            self._finish()
+
+    def _finish(self) -> None:
+        if self._fd >= 0:
+            self._loop.remove_reader(self._fd)
+            os.close(self._fd)
+            self._fd = -1
+        if self.returncode is None:
+            found = re.search(rb"\nX(\d+)\n", self._buf)
+            self.returncode = int(found.group(1)) if found else -signal.SIGKILL
+        for fut in (self._started, self._done):
+            if not fut.done():
+                fut.set_result(None)
+
+    async def wait(self) -> int:
+        await asyncio.shield(self._done)
+        assert self.returncode is not None
+        return self.returncode
+
+    def close(self) -> None:
+        """Stop reading: close the pipes and the status pipe (the process counts as finished)."""
+        if self._out is not None:
+            self._out.close()
+        if self.stdin is not None:
+            self.stdin.close()
+        self._finish()
+
+
+class _Server:
+    """One server interpreter (`_sandbox_zygote`) for one policy."""
+
+    def __init__(self, policy: SandboxPolicy):
+        self.policy = policy
+        self.proc: asyncio.subprocess.Process | None = None
+        self.sock: socket.socket | None = None
+        self.home = ""
+        self.python = strict_python() if policy.strict else sys.executable
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None and self.sock is not None
+
+    async def start(self) -> None:
+        self.home = make_workdir()  # named after this process: a killed run's is swept like a call's
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            Path(self.home, "main.py").write_text(zygote_source(theirs.fileno(), os.getpid()), encoding="utf-8")
+            env = {**_ENV, "HOME": self.home, "TMPDIR": self.home}
+            self.proc = await asyncio.create_subprocess_exec(
+                self.python,
+                "-I",
+                "main.py",
+                cwd=self.home,
+                env=env,
+                stdin=asyncio.subprocess.PIPE,  # its std streams are pipes, as a call's are
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                pass_fds=(theirs.fileno(),),
+                start_new_session=True,
+            )
+        except BaseException:
+            ours.close()
+            shutil.rmtree(self.home, ignore_errors=True)
+            raise
+        finally:
+            theirs.close()
+        ours.setblocking(False)
+        self.sock = ours
+
+    async def fork(self) -> Launched | None:
+        """One call's sandbox, reported and waiting for its code; None if the server could not fork."""
+        assert self.sock is not None
+        policy, loop = self.policy, asyncio.get_running_loop()
+        workdir, cgroups = make_workdir(), make_cgroups(policy)
+        stdin_r, stdin_w = os.pipe()
+        out_r, out_w = os.pipe()
+        report_r, report_w = os.pipe()
+        status_r, status_w = os.pipe()
+        theirs = (stdin_r, out_w, report_w, status_w)
+        env = {**_ENV, "HOME": workdir, "TMPDIR": workdir}
+        cfg = {
+            "backend": "fork",
+            "python": self.python,
+            "script": None,
+            "workdir": workdir,
+            "strict": policy.strict,
+            "strict_paths": strict_paths() if policy.strict else [],
+            "disk_bytes": policy.disk_bytes,
+            "cpu_s": POOL_CPU_S,
+            "memory_bytes": policy.memory_bytes,
+            "file_bytes": FILE_BYTES,
+            "max_procs": policy.max_procs,
+            "cgroups": cgroups,
+            "env": env,
+        }
+        proc = ForkedProcess(status_r, loop)
+        run = Launched(proc, workdir, cgroups, report_r, policy)  # type: ignore[arg-type]
+        try:
+            try:
+                await self._send(marshal.dumps(cfg), theirs)
+            finally:
+                for fd in theirs:
+                    os.close(fd)
+            await proc.connect(stdin_w, out_r)
+            stdin_w = out_r = -1
+            if not await within(proc.started(), SERVER_START_S):
+                await dispose(run)
+                return None
+            report = await within(await_report(run), SERVER_START_S)
+        except BaseException:
+            for fd in (stdin_w, out_r):
+                if fd >= 0:
+                    os.close(fd)
+            if proc.pid:
+                await dispose(run)
+            else:
+                proc.close()
+                os.close(report_r)
+                shutil.rmtree(workdir, ignore_errors=True)
+                for group in cgroups:
+                    await _remove_cgroup(group["path"])
+            raise
+        if not report.get("launcher") or proc.returncode is not None:
+            await dispose(run)
+            return None
+        return run
+
+    async def _send(self, data: bytes, fds: tuple[int, ...]) -> None:
+        assert self.sock is not None
+        sock, loop = self.sock, asyncio.get_running_loop()
+        while True:
+            try:
+                socket.send_fds(sock, [data], list(fds))
+                return
+            except BlockingIOError:
+                ready = loop.create_future()
+                loop.add_writer(sock.fileno(), lambda: ready.done() or ready.set_result(None))
+                try:
+                    await ready
+                finally:
+                    loop.remove_writer(sock.fileno())
+
+    async def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()  # the server exits at end of file
+            self.sock = None
+        if self.proc is not None and self.proc.returncode is None:
+            try:
+                await asyncio.wait_for(self.proc.wait(), 2.0)
+            except asyncio.TimeoutError:
+                self.kill()
+                await self.proc.wait()
+        shutil.rmtree(self.home, ignore_errors=True)
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+class ForkServer:
+    """A `python_exec.WarmSource`: every call's sandbox forked from a server of its policy."""
+
+    def __init__(self, policy: SandboxPolicy):
+        self.policy = policy
+        self._servers: dict[SandboxPolicy, _Server] = {}
+        self._lock = asyncio.Lock()
+        self._closed = False
+        self.served = 0  # calls that got a forked sandbox
+        self.missed = 0  # calls that started cold (a server that failed)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def take(self, policy: SandboxPolicy) -> Launched | None:
+        if self._closed:
+            return None
+        server = await self._server(policy)
+        run = await server.fork() if server is not None else None
+        if run is None:
+            self.missed += 1
+        else:
+            self.served += 1
+        return run
+
+    async def _server(self, policy: SandboxPolicy) -> _Server | None:
+        async with self._lock:
+            server = self._servers.get(policy)
+            if server is not None and server.alive:
+                return server
+            if server is not None:
+                await server.close()
+            server = _Server(policy)
+            try:
+                await server.start()
+            except OSError:
+                return None
+            if self._closed:
+                await server.close()
+                return None
+            self._servers[policy] = server
+            return server
+
+    def refill(self) -> None:
+        """Nothing to refill: a fork is made when a call asks for it."""
+
+    async def close(self) -> None:
+        self._closed = True
+        servers, self._servers = list(self._servers.values()), {}
+        for server in servers:
+            await server.close()
+
+    def abandon(self) -> None:
+        """Kill the servers without an event loop (their calls' processes die with them)."""
+        self._closed = True
+        servers, self._servers = list(self._servers.values()), {}
+        for server in servers:
+            server.kill()
+            if server.sock is not None:
+                server.sock.close()
+            shutil.rmtree(server.home, ignore_errors=True)
