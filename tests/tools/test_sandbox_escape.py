@@ -21,7 +21,7 @@ import pytest
 
 from graphrl.tools import sandbox_shell
 from graphrl.tools.python_exec import OUTPUT_CAP, SandboxPolicy, run_python, sandbox_report
-from graphrl.tools.sandbox_host import bubblewrap_works
+from graphrl.tools.sandbox_host import bubblewrap_works, fork_works
 
 sys.path.insert(0, str(Path(__file__).parent))
 from sandbox_procs import leftovers, no_leftovers
@@ -32,7 +32,9 @@ pytestmark = pytest.mark.skipif(not Path("/proc/self/mountinfo").exists(), reaso
 # bubblewrap twice: started through a waiting /bin/sh (where it exists, the default) and through the
 # Python launcher (the fallback where it does not)
 BWRAP = ["bubblewrap", "bubblewrap-python-launcher"]
-BACKENDS = ["launcher"] + (BWRAP if Path("/proc/self/mountinfo").exists() and bubblewrap_works() else [])
+# the fork server (its sandbox is the launcher's, built in forks of a waiting interpreter) where it works
+_LINUX = Path("/proc/self/mountinfo").exists()
+BACKENDS = ["launcher"] + (["fork"] if _LINUX and fork_works() else []) + (BWRAP if _LINUX and bubblewrap_works() else [])
 _policy = {"now": SandboxPolicy(backend="launcher")}
 
 

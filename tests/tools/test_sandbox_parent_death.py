@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from graphrl.tools.sandbox_host import CGROUP_V1, CGROUP_V2, WORKDIR_PREFIX, bubblewrap_works, sweep_leftovers
+from graphrl.tools.sandbox_host import CGROUP_V1, CGROUP_V2, WORKDIR_PREFIX, bubblewrap_works, fork_works, sweep_leftovers
 
 BWRAP = ["bubblewrap", "bubblewrap-python-launcher"]  # started through a waiting /bin/sh, or the Python launcher
-BACKENDS = ["launcher"] + (BWRAP if sys.platform == "linux" and bubblewrap_works() else [])
+_LINUX = sys.platform == "linux"
+BACKENDS = ["launcher"] + (["fork"] if _LINUX and fork_works() else []) + (BWRAP if _LINUX and bubblewrap_works() else [])
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "sleep_token_73154"
 
@@ -36,8 +37,7 @@ def _alive_with_token() -> list[int]:
         if (
             b"main.py" in cmd
             and "graphrl-py-" in cwd
-            and (Path(cwd) / "main.py").exists()
-            and TOKEN in (Path(cwd) / "main.py").read_text(errors="replace")
+            and TOKEN in Path(f"/proc/{pid}/cwd/main.py").read_text(errors="replace")  # as the process sees it
         ):
             out.append(int(pid))
     return out

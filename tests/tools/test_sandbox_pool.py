@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from graphrl.tools.python_exec import run_python
-from graphrl.tools.sandbox_host import SandboxPolicy, bubblewrap_works
+from graphrl.tools.sandbox_fork import ForkServer
+from graphrl.tools.sandbox_host import SandboxPolicy, bubblewrap_works, fork_works
 from graphrl.tools.sandbox_pool import SandboxPool
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -80,12 +81,15 @@ def _text(res) -> str:
     return re.sub(r"graphrl-py-\d+-\w+", "graphrl-py-WORKDIR", res.text)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", BACKENDS + (["fork"] if sys.platform == "linux" and fork_works() else []))
 def test_a_warm_call_is_the_same_as_a_cold_one(backend):
+    """Warm: a pool's started sandbox, or (fork) a fork of the fork server, against a cold call of
+    the same backend (the fork server's sandbox is the launcher's)."""
     policy = SandboxPolicy(backend=backend, warm=2)
+    cold_policy = SandboxPolicy(backend="launcher" if backend == "fork" else backend)
 
     async def both():
-        pool = SandboxPool(policy, 2)
+        pool = ForkServer(policy) if backend == "fork" else SandboxPool(policy, 2)
         await pool.take(policy)  # starts the pool (nothing ready yet on the very first take)
         out = []
         try:
@@ -94,7 +98,7 @@ def test_a_warm_call_is_the_same_as_a_cold_one(backend):
                 served = pool.served
                 warm = await run_python(code, timeout=timeout, stdin=stdin, policy=policy, warm=pool)
                 assert pool.served == served + 1, f"not served warm: {code!r}"
-                cold = await run_python(code, timeout=timeout, stdin=stdin, policy=policy)
+                cold = await run_python(code, timeout=timeout, stdin=stdin, policy=cold_policy)
                 out.append((code, warm, cold))
         finally:
             await pool.close()
@@ -103,7 +107,11 @@ def test_a_warm_call_is_the_same_as_a_cold_one(backend):
     for code, warm, cold in asyncio.run(both()):
         assert (warm.ok, warm.error, warm.data["exit_status"]) == (cold.ok, cold.error, cold.data["exit_status"]), code
         assert _text(warm) == _text(cold), code
-        assert warm.data["sandbox"] == cold.data["sandbox"], code
+        if backend == "fork":
+            assert warm.data["sandbox"]["backend"] == "fork"
+            assert {**warm.data["sandbox"], "backend": "launcher"} == cold.data["sandbox"], code
+        else:
+            assert warm.data["sandbox"] == cold.data["sandbox"], code
 
 
 def test_a_warm_sandbox_serves_one_call_and_close_removes_everything():

@@ -1,0 +1,192 @@
+"""The fork server (`sandbox_fork.ForkServer`): each call is a fork of one waiting interpreter,
+isolated by the launcher's own steps. What must hold beyond the escape suite (which runs against it as
+backend "fork") and the warm/cold comparison (`test_sandbox_pool.py`): nothing crosses calls, the code
+cannot reach the server, a dead server is replaced, a cancelled call and a closed server leave
+nothing behind, and `ToolBox` uses it where `auto` resolves to it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from graphrl.tools import sandbox_fork
+from graphrl.tools.python_exec import run_python
+from graphrl.tools.sandbox_fork import ForkServer
+from graphrl.tools.sandbox_host import SandboxPolicy, fork_works, resolve_backend
+
+sys.path.insert(0, str(Path(__file__).parent))
+from sandbox_procs import leftovers, no_leftovers
+
+pytestmark = pytest.mark.skipif(
+    sys.platform != "linux" or not fork_works(), reason="the fork server needs Linux namespaces"
+)
+POLICY = SandboxPolicy(backend="fork", warm=2)
+
+
+def test_nothing_of_one_call_reaches_the_next():
+    """Files (work directory, /dev/shm), environment, interpreter state: each call is a fresh fork
+    with a fresh tmpfs, so the second call sees none of what the first changed."""
+    first = (
+        "import os, sys, json\n"
+        "open('mark', 'w').write('1')\n"
+        "open('/dev/shm/mark', 'w').write('1')\n"
+        "os.environ['MARK'] = '1'\n"
+        "sys.modules['json'].MARK = 1\n"
+        "sys.setrecursionlimit(123)\n"
+        "print('wrote')"
+    )
+    second = (
+        "import os, sys, json\n"
+        "print(os.path.exists('mark'), os.path.exists('/dev/shm/mark'), 'MARK' in os.environ,\n"
+        "      hasattr(json, 'MARK'), sys.getrecursionlimit() == 123, 'json' in sys.modules)"
+    )
+
+    async def go():
+        server = ForkServer(POLICY)
+        try:
+            a = await run_python(first, timeout=5, policy=POLICY, warm=server)
+            b = await run_python(second, timeout=5, policy=POLICY, warm=server)
+            return a, b, server.served
+        finally:
+            await server.close()
+
+    a, b, served = asyncio.run(go())
+    assert a.ok and a.text == "wrote\n", a.text
+    assert b.ok and b.text == "False False False False False True\n", b.text
+    assert served == 2
+
+
+def test_the_code_holds_only_its_own_streams_not_the_servers_socket():
+    code = "import os\nprint(sorted(int(f) for f in os.listdir('/proc/self/fd')))"
+
+    async def go():
+        server = ForkServer(POLICY)
+        try:
+            return await run_python(code, timeout=5, policy=POLICY, warm=server)
+        finally:
+            await server.close()
+
+    res = asyncio.run(go())
+    assert res.ok and res.text == "[0, 1, 2, 3]\n", res.text  # 3: the directory listdir reads
+
+
+def test_calls_of_one_server_share_its_hash_seed_as_documented():
+    """The one documented difference of a fork: str hashes are the server's, the same for every call
+    it serves (a cold call draws its own seed)."""
+    code = "print(hash('graphrl'))"
+
+    async def go():
+        server = ForkServer(POLICY)
+        try:
+            return [await run_python(code, timeout=5, policy=POLICY, warm=server) for _ in range(2)]
+        finally:
+            await server.close()
+
+    a, b = asyncio.run(go())
+    assert a.ok and b.ok and a.text == b.text
+
+
+def test_a_server_killed_from_outside_is_replaced():
+    async def go():
+        server = ForkServer(SandboxPolicy(backend="fork"))
+        try:
+            a = await run_python("print(1)", timeout=5, policy=server.policy, warm=server)
+            (first,) = server._servers.values()
+            assert first.proc is not None
+            os.killpg(first.proc.pid, signal.SIGKILL)
+            await first.proc.wait()
+            b = await run_python("print(2)", timeout=5, policy=server.policy, warm=server)
+            (second,) = server._servers.values()
+            return a, b, first is not second, server.served
+        finally:
+            await server.close()
+
+    a, b, replaced, served = asyncio.run(go())
+    assert a.text == "1\n" and b.text == "2\n" and replaced and served == 2
+
+
+def _record(monkeypatch) -> tuple[list[str], list[str]]:
+    made: list[str] = []
+    groups: list[str] = []
+    real_workdir, real_cgroups = sandbox_fork.make_workdir, sandbox_fork.make_cgroups
+
+    def cgroups(policy):
+        got = real_cgroups(policy)
+        groups.extend(g["path"] for g in got)
+        return got
+
+    monkeypatch.setattr(sandbox_fork, "make_workdir", lambda: made.append(real_workdir()) or made[-1])
+    monkeypatch.setattr(sandbox_fork, "make_cgroups", cgroups)
+    return made, groups
+
+
+def test_close_leaves_no_process_directory_or_cgroup(monkeypatch):
+    made, groups = _record(monkeypatch)
+
+    async def go():
+        server = ForkServer(POLICY)
+        await run_python("print(1)", timeout=5, policy=POLICY, warm=server)
+        await asyncio.sleep(0.5)  # forks made ahead, waiting
+        waiting = len(server._ready)
+        pids = [s.proc.pid for s in server._servers.values() if s.proc is not None]
+        await server.close()
+        return waiting, pids
+
+    waiting, pids = asyncio.run(go())
+    assert waiting == 2
+    assert no_leftovers(*made), [pid for w in made for pid in leftovers(w)]
+    assert not [w for w in made if os.path.exists(w)]
+    assert not [g for g in groups if os.path.exists(g)]
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_a_call_cancelled_at_any_moment_leaves_nothing(monkeypatch):
+    made, groups = _record(monkeypatch)
+    policy = SandboxPolicy(backend="fork")
+
+    async def go():
+        server = ForkServer(policy)
+        try:
+            await run_python("pass", timeout=5, policy=policy, warm=server)  # the server is up
+            for i in range(40):
+                task = asyncio.create_task(run_python("import time; time.sleep(30)", timeout=40, policy=policy, warm=server))
+                await asyncio.sleep(0.001 * (i % 20))
+                task.cancel()
+                try:
+                    await asyncio.wait_for(task, 10)
+                except asyncio.CancelledError:
+                    pass
+        finally:
+            await server.close()
+
+    asyncio.run(go())
+    assert no_leftovers(*made), [pid for w in made for pid in leftovers(w)]
+    assert not [w for w in made if os.path.exists(w)]
+    assert not [g for g in groups if os.path.exists(g)]
+
+
+def test_auto_with_warm_sandboxes_resolves_to_the_fork_server_and_the_toolbox_uses_it():
+    from graphrl.tools.registry import ToolBox
+
+    assert resolve_backend(SandboxPolicy(warm=2)) == "fork"
+    assert resolve_backend(SandboxPolicy(warm=0)) != "fork"  # no warm sandboxes: every call cold, as before
+    box = ToolBox(sandbox=SandboxPolicy(warm=1))
+
+    async def go():
+        try:
+            res = await box.call("python", {"code": "print(1)"}, timeout=5, max_chars=None)
+            source = await box._pools.get()
+            return res, source
+        finally:
+            await box.close()
+
+    res, source = asyncio.run(go())
+    assert res.ok and res.data["sandbox"]["backend"] == "fork"
+    assert isinstance(source, ForkServer) and source.served == 1 and source.closed
