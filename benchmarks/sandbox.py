@@ -208,7 +208,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if tree is not None:
             tree.close()
-    warm_counts = {name: fn.served[0] for name, fn in rows if hasattr(fn, "served") and ("warm" in name or "fork" in name)}
+    warm_counts = {
+        name: fn.served[0] for name, fn in rows if hasattr(fn, "served") and ("warm" in name or "fork" in name)
+    }
     base = results[0][1][0]
     print(
         f"python tool per call: {a.calls} sequential calls of {CODE!r} per backend, the backends interleaved and"

@@ -33,6 +33,8 @@ from .sandbox_host import SandboxPolicy, make_cgroups, make_workdir, strict_path
 SERVER_START_S = 30.0  # a server that has not forked one call by then is given up
 POOL_CPU_S = 3600  # the waiter lowers this to the call's own limit before the code runs
 _TOOLS = str(Path(__file__).parent)
+
+
 def zygote_source(ctl_fd: int, parent_pid: int) -> str:
     """The server's main.py: it records the interpreter's state as started, serves forks, and in each
     call's process falls through to the waiter (`WAITER`), at module level as in a warm sandbox."""
@@ -232,8 +234,13 @@ class _Server:
                 socket.send_fds(sock, [data], list(fds))
                 return
             except BlockingIOError:
-                ready = loop.create_future()
-                loop.add_writer(sock.fileno(), lambda: ready.done() or ready.set_result(None))
+                ready: asyncio.Future[None] = loop.create_future()
+
+                def writable() -> None:
+                    if not ready.done():
+                        ready.set_result(None)
+
+                loop.add_writer(sock.fileno(), writable)
                 try:
                     await ready
                 finally:
@@ -298,7 +305,13 @@ class ForkServer:
 
     async def _fork(self, policy: SandboxPolicy) -> Launched | None:
         server = await self._server(policy)
-        return await server.fork() if server is not None else None
+        if server is None:
+            return None
+        try:
+            return await server.fork()
+        except OSError:  # the server died under us (its socket is closed): this call starts cold
+            await server.close()
+            return None
 
     async def _server(self, policy: SandboxPolicy) -> _Server | None:
         async with self._lock:

@@ -31,7 +31,7 @@ def test_the_cpu_meter_sees_a_busy_loop():
 
 
 def test_a_tiny_run_prints_every_backend_with_both_ratios():
-    from graphrl.tools.sandbox_host import bubblewrap_works
+    from graphrl.tools.sandbox_host import bubblewrap_works, fork_works
 
     out = subprocess.run(
         [sys.executable, "-m", "benchmarks.sandbox", "--calls", "2", "--gap", "0", "--concurrency", "2"],
@@ -73,6 +73,8 @@ def test_a_tiny_run_prints_every_backend_with_both_ratios():
     expected = {"bare python -I -c", "none (isolate=False)", "launcher", "launcher strict", "launcher warm"}
     if bubblewrap_works():
         expected |= {"bubblewrap", "bubblewrap strict", "bubblewrap warm"}
+    if fork_works():
+        expected |= {"fork server", "fork server strict"}
     assert set(rows) == expected
     bare = rows["bare python -I -c"]
     assert bare[3] == 1.0 and bare[5] == 1.0  # both ratios are against the bare row of the same run
@@ -80,11 +82,11 @@ def test_a_tiny_run_prints_every_backend_with_both_ratios():
         assert 0 < med <= p90 and rate > 0, name
         assert math.isclose(ratio, med / bare[0], abs_tol=0.011), name
         assert math.isfinite(cpu) and math.isclose(cpu_ratio, cpu / bare[4], rel_tol=0.05, abs_tol=0.011), name
-    assert any(line.startswith("launcher warm: ") and "served by a warm sandbox" in line for line in lines)
+    assert any(line.startswith("launcher warm: ") and "served warm" in line for line in lines)
     if "tree CPU: n/a" not in out.stdout:  # the meter was there: numbers against the bare row
         own = {name: (float(a), float(b)) for name, (a, b) in trees.items()}
         assert own["bare python -I -c"][1] == 1.0
-        for name, (ms, ratio) in own.items():  # every call starts at least one interpreter: > 1 ms
+        for name, (ms, ratio) in own.items():  # every call starts an interpreter or forks one: > 1 ms
             assert ms > 1.0 and math.isclose(ratio, ms / own["bare python -I -c"][0], rel_tol=0.01, abs_tol=0.002), name
     else:
         assert all(cells == ["n/a", "n/a"] for cells in trees.values())

@@ -34,7 +34,9 @@ pytestmark = pytest.mark.skipif(not Path("/proc/self/mountinfo").exists(), reaso
 BWRAP = ["bubblewrap", "bubblewrap-python-launcher"]
 # the fork server (its sandbox is the launcher's, built in forks of a waiting interpreter) where it works
 _LINUX = Path("/proc/self/mountinfo").exists()
-BACKENDS = ["launcher"] + (["fork"] if _LINUX and fork_works() else []) + (BWRAP if _LINUX and bubblewrap_works() else [])
+BACKENDS = (
+    ["launcher"] + (["fork"] if _LINUX and fork_works() else []) + (BWRAP if _LINUX and bubblewrap_works() else [])
+)
 _policy = {"now": SandboxPolicy(backend="launcher")}
 
 

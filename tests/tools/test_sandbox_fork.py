@@ -156,7 +156,9 @@ def test_a_call_cancelled_at_any_moment_leaves_nothing(monkeypatch):
         try:
             await run_python("pass", timeout=5, policy=policy, warm=server)  # the server is up
             for i in range(40):
-                task = asyncio.create_task(run_python("import time; time.sleep(30)", timeout=40, policy=policy, warm=server))
+                task = asyncio.create_task(
+                    run_python("import time; time.sleep(30)", timeout=40, policy=policy, warm=server)
+                )
                 await asyncio.sleep(0.001 * (i % 20))
                 task.cancel()
                 try:

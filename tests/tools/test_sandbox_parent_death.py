@@ -15,11 +15,20 @@ from pathlib import Path
 
 import pytest
 
-from graphrl.tools.sandbox_host import CGROUP_V1, CGROUP_V2, WORKDIR_PREFIX, bubblewrap_works, fork_works, sweep_leftovers
+from graphrl.tools.sandbox_host import (
+    CGROUP_V1,
+    CGROUP_V2,
+    WORKDIR_PREFIX,
+    bubblewrap_works,
+    fork_works,
+    sweep_leftovers,
+)
 
 BWRAP = ["bubblewrap", "bubblewrap-python-launcher"]  # started through a waiting /bin/sh, or the Python launcher
 _LINUX = sys.platform == "linux"
-BACKENDS = ["launcher"] + (["fork"] if _LINUX and fork_works() else []) + (BWRAP if _LINUX and bubblewrap_works() else [])
+BACKENDS = (
+    ["launcher"] + (["fork"] if _LINUX and fork_works() else []) + (BWRAP if _LINUX and bubblewrap_works() else [])
+)
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "sleep_token_73154"
 
