@@ -22,11 +22,13 @@ Never: it is not a VM — same kernel; outside strict mode the code can read wha
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import marshal
 import os
 import shutil
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
@@ -132,7 +134,7 @@ async def launch(code: str, *, cpu_s: int, policy: SandboxPolicy, isolate: bool 
             finally:
                 for fd in shell.pass_fds:
                     os.close(fd)
-            sandbox_shell.start(shell, proc.pid, cfg)  # cgroups, priority, limits: then the shell may go on
+            await _off_loop(lambda: sandbox_shell.start(shell, proc.pid, cfg), proc, cgroups)  # then it may go on
             assert proc.stdin is not None
             proc.stdin.write(sandbox_shell.GO)
             return Launched(proc, workdir, cgroups, report_r, policy, shell=(shell.report, cfg))
@@ -176,6 +178,23 @@ async def _spawn(
             proc = await spawn
         except Exception:
             raise asyncio.CancelledError from None  # nothing was started
+        await _stop(proc, None, cgroups)
+        raise
+
+
+async def _off_loop(
+    work: Callable[[], object], proc: asyncio.subprocess.Process, cgroups: list[dict[str, str]]
+) -> None:
+    """Run `work` (the waiting shell's cgroups, priority and limits) in a thread: moving a process into
+    a cgroup waits for the kernel (an RCU grace period, 5-20 ms on the development VM), which on the
+    event loop stalled every rollout. Never cancelled half-way: a cancellation waits for it, then
+    stops the shell and everything in the call's cgroups."""
+    task = asyncio.ensure_future(asyncio.to_thread(work))
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            await task
         await _stop(proc, None, cgroups)
         raise
 
