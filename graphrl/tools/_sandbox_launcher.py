@@ -22,6 +22,9 @@ backend "launcher" (the fallback, hand-written): three processes:
                        interpreter, /usr and the libraries); forks L2, reaps orphans, exits with L2
   L2                   rlimits, drops every capability, no_new_privs, the seccomp program, execs python
 
+The fork server (`_sandbox_zygote`) runs the same three steps (`isolate`) in a fork of a waiting
+interpreter: L0 is that fork, and L2 returns into the interpreter instead of exec'ing a new one.
+
 Every step is best effort: a step the OS refuses is recorded in the report and the next one still
 runs. When L1 is pid 1 of a new pid namespace, its exit (or death: it gets SIGKILL when L0 dies)
 makes the kernel kill every process left in the namespace, including ones that left the session.

@@ -204,7 +204,8 @@ class _Server:
                     os.close(fd)
             await proc.connect(stdin_w, out_r)
             stdin_w = out_r = -1
-            if not await within(proc.started(), SERVER_START_S):
+            if not await within(proc.started(), SERVER_START_S):  # the server could not fork
+                proc.close()
                 await dispose(run)
                 return None
             report = await within(await_report(run), SERVER_START_S)
