@@ -29,6 +29,7 @@ from pathlib import Path
 from ..runtime.deadline import within
 from .python_exec import _ENV, FILE_BYTES, WAITER, Launched, _remove_cgroup, await_report, dispose
 from .sandbox_host import SandboxPolicy, make_cgroups, make_workdir, strict_paths, strict_python
+from .sandbox_pool import SandboxPool
 
 SERVER_START_S = 30.0  # a server that has not forked one call by then is given up
 POOL_CPU_S = 3600  # the waiter lowers this to the call's own limit before the code runs
@@ -55,12 +56,14 @@ class ForkedProcess:
     ours, so its exit code comes on the status pipe (b"X<code>\\n"); a pipe that closes without
     one means it was killed (returncode -SIGKILL)."""
 
-    def __init__(self, status_fd: int, loop: asyncio.AbstractEventLoop):
+    def __init__(self, status_fd: int, stdin_w: int, stdout_r: int, loop: asyncio.AbstractEventLoop):
         self.pid = 0
         self.returncode: int | None = None
         self.stdin: asyncio.StreamWriter | None = None
         self.stdout: asyncio.StreamReader | None = None
         self._out: asyncio.ReadTransport | None = None
+        # our ends of the pipes, as files until a transport owns them (closing a file twice is harmless)
+        self._files = [os.fdopen(stdin_w, "wb", 0), os.fdopen(stdout_r, "rb", 0)]
         self._fd = status_fd
         self._buf = b""
         self._loop = loop
@@ -70,15 +73,14 @@ class ForkedProcess:
         os.set_blocking(status_fd, False)
         loop.add_reader(status_fd, self._readable)
 
-    async def connect(self, stdin_w: int, stdout_r: int) -> None:
-        loop = self._loop
+    async def connect(self) -> None:
+        """Stream the pipes through the loop (the transports then own them)."""
+        loop, (stdin, stdout) = self._loop, self._files
         self.stdout = reader = asyncio.StreamReader(limit=1 << 16, loop=loop)
-        self._out, _ = await loop.connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(reader, loop=loop), os.fdopen(stdout_r, "rb", 0)
-        )
-        transport, protocol = await loop.connect_write_pipe(
-            lambda: asyncio.streams.FlowControlMixin(loop=loop), os.fdopen(stdin_w, "wb", 0)
-        )
+        self._out, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader, loop=loop), stdout)
+        self._files.remove(stdout)
+        transport, protocol = await loop.connect_write_pipe(lambda: asyncio.streams.FlowControlMixin(loop=loop), stdin)
+        self._files.remove(stdin)
         self.stdin = asyncio.StreamWriter(transport, protocol, None, loop)
 
     async def started(self) -> bool:
@@ -124,6 +126,8 @@ class ForkedProcess:
             self._out.close()
         if self.stdin is not None:
             self.stdin.close()
+        for file in self._files:
+            file.close()
         self._finish()
 
 
@@ -194,7 +198,7 @@ class _Server:
             "cgroups": cgroups,
             "env": env,
         }
-        proc = ForkedProcess(status_r, loop)
+        proc = ForkedProcess(status_r, stdin_w, out_r, loop)
         run = Launched(proc, workdir, cgroups, report_r, policy)  # type: ignore[arg-type]
         try:
             try:
@@ -202,25 +206,22 @@ class _Server:
             finally:
                 for fd in theirs:
                     os.close(fd)
-            await proc.connect(stdin_w, out_r)
-            stdin_w = out_r = -1
+            await proc.connect()
             if not await within(proc.started(), SERVER_START_S):  # the server could not fork
                 proc.close()
                 await dispose(run)
                 return None
             report = await within(await_report(run), SERVER_START_S)
         except BaseException:
-            for fd in (stdin_w, out_r):
-                if fd >= 0:
-                    os.close(fd)
             if proc.pid:
-                await dispose(run)
+                await dispose(run)  # stops the fork (its group and cgroups), removes the rest
             else:
-                proc.close()
-                os.close(report_r)
+                os.close(run.report_r)
+                run.report_r = -1
                 shutil.rmtree(workdir, ignore_errors=True)
                 for group in cgroups:
                     await _remove_cgroup(group["path"])
+            proc.close()
             raise
         if not report.get("launcher") or proc.returncode is not None:
             await dispose(run)
@@ -267,20 +268,18 @@ class _Server:
 
 class ForkServer:
     """A `python_exec.WarmSource`: every call's sandbox forked from a server of its policy. Up to
-    `policy.warm` forks of the pool's own policy are made ahead of time (after each call, as
-    `SandboxPool` does), so a call also skips the sandbox's set-up latency (joining a cgroup waits
-    for the kernel: 5-20 ms on the development VM); a call that finds none ready forks its own."""
+    `policy.warm` forks of its own policy are made ahead of time (a `SandboxPool` of forks, refilled
+    after each call), so a call also skips the sandbox's set-up latency (joining a cgroup waits for
+    the kernel: 5-20 ms on the development VM); a call that finds none ready forks its own."""
 
     def __init__(self, policy: SandboxPolicy):
         self.policy = policy
-        self.size = policy.warm
         self._servers: dict[SandboxPolicy, _Server] = {}
         self._lock = asyncio.Lock()
-        self._ready: list[Launched] = []
-        self._starting: set[asyncio.Task] = set()
+        self._ahead = SandboxPool(policy, policy.warm, start=lambda: self._fork(policy))
         self._closed = False
         self.served = 0  # calls that got a forked sandbox
-        self.missed = 0  # calls that started cold (a server that failed)
+        self.missed = 0  # calls that started cold (no server)
 
     @property
     def closed(self) -> bool:
@@ -289,13 +288,7 @@ class ForkServer:
     async def take(self, policy: SandboxPolicy) -> Launched | None:
         if self._closed:
             return None
-        run = None
-        while policy == self.policy and self._ready and run is None:
-            candidate = self._ready.pop(0)
-            if candidate.proc.returncode is None:
-                run = candidate
-            else:  # died while waiting (killed from outside): never hand it out
-                await dispose(candidate)
+        run = await self._ahead.take(policy)
         if run is None:
             run = await self._fork(policy)
         if run is None:
@@ -310,7 +303,7 @@ class ForkServer:
             return None
         try:
             return await server.fork()
-        except OSError:  # the server died under us (its socket is closed): this call starts cold
+        except (OSError, asyncio.TimeoutError, TimeoutError):  # the server died under us: start cold
             await server.close()
             return None
 
@@ -333,48 +326,21 @@ class ForkServer:
             return server
 
     def refill(self) -> None:
-        """Fork up to `size` sandboxes ahead; called when a call has finished, so that the forks
-        never compete with the call itself for the CPU."""
-        while not self._closed and len(self._ready) + len(self._starting) < self.size:
-            task = asyncio.create_task(self._prefork())
-            self._starting.add(task)
-            task.add_done_callback(self._starting.discard)
-
-    async def _prefork(self) -> None:
-        try:
-            run = await self._fork(self.policy)
-        except (OSError, asyncio.TimeoutError, TimeoutError):
-            return
-        if run is None:
-            return
-        if self._closed:
-            await dispose(run)
-        else:
-            self._ready.append(run)
+        """Fork up to `policy.warm` sandboxes ahead; called when a call has finished, so that the
+        forks never compete with the call itself for the CPU."""
+        self._ahead.refill()
 
     async def close(self) -> None:
         self._closed = True
-        for task in list(self._starting):
-            task.cancel()
-        for task in list(self._starting):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        ready, self._ready = self._ready, []
-        for run in ready:
-            await dispose(run)
+        await self._ahead.close()
         servers, self._servers = list(self._servers.values()), {}
         for server in servers:
             await server.close()
 
     def abandon(self) -> None:
-        """Kill the servers without an event loop (their calls' processes die with them: each L0 has
-        the parent-death signal); the ready forks' directories and cgroups go with the next sweep."""
+        """Kill the servers and the forks made ahead without an event loop."""
         self._closed = True
-        for run in self._ready:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(run.proc.pid, signal.SIGKILL)
-            shutil.rmtree(run.workdir, ignore_errors=True)
-        self._ready = []
+        self._ahead.abandon()
         servers, self._servers = list(self._servers.values()), {}
         for server in servers:
             server.kill()

@@ -19,6 +19,7 @@ import contextlib
 import os
 import shutil
 import signal
+from collections.abc import Awaitable, Callable
 
 from ..runtime.deadline import within
 from .python_exec import WAITER, Launched, await_report, dispose, launch
@@ -29,9 +30,14 @@ POOL_CPU_S = 3600  # a waiting sandbox uses no CPU; the call lowers this to its 
 
 
 class SandboxPool:
-    def __init__(self, policy: SandboxPolicy, size: int):
+    """`start`: how one sandbox is made ahead of time (default: a sandbox started with `launch`
+    running `WAITER`, ready once reported; `sandbox_fork.ForkServer` passes a fork of its server);
+    None when none could be made."""
+
+    def __init__(self, policy: SandboxPolicy, size: int, start: Callable[[], Awaitable[Launched | None]] | None = None):
         self.policy = policy
         self.size = size
+        self._start_one = start or self._launch_waiter
         self._ready: list[Launched] = []
         self._starting: set[asyncio.Task] = set()
         self._closed = False
@@ -71,11 +77,11 @@ class SandboxPool:
             self._starting.add(task)
             task.add_done_callback(self._starting.discard)
 
-    async def _start(self) -> None:
+    async def _launch_waiter(self) -> Launched | None:
         try:
             run = await launch(WAITER, cpu_s=POOL_CPU_S, policy=self.policy)
         except (OSError, ValueError):
-            return  # the next call starts its own sandbox and reports what failed
+            return None  # the next call starts its own sandbox and reports what failed
         try:  # ready once its launcher has reported (a call taking it earlier would find no report)
             report = await within(await_report(run), REPORT_WAIT_S)
         except asyncio.CancelledError:  # close()
@@ -83,9 +89,15 @@ class SandboxPool:
             raise
         except (asyncio.TimeoutError, TimeoutError, OSError):  # a launcher that never reported
             await dispose(run)
-            return
+            return None
         if not report.get("launcher") or run.proc.returncode is not None:
             await dispose(run)  # the launcher failed: the next call starts its own and reports why
+            return None
+        return run
+
+    async def _start(self) -> None:
+        run = await self._start_one()
+        if run is None:
             return
         if self._closed:
             await dispose(run)

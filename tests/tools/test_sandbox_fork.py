@@ -132,7 +132,7 @@ def test_close_leaves_no_process_directory_or_cgroup(monkeypatch):
         server = ForkServer(POLICY)
         await run_python("print(1)", timeout=5, policy=POLICY, warm=server)
         await asyncio.sleep(0.5)  # forks made ahead, waiting
-        waiting = len(server._ready)
+        waiting = len(server._ahead._ready)
         pids = [s.proc.pid for s in server._servers.values() if s.proc is not None]
         await server.close()
         return waiting, pids
