@@ -14,7 +14,7 @@ import os
 
 import click
 
-from ..tools.python_exec import sandbox_report
+from ..tools.sandbox_fork import sandbox_report
 from ..tools.sandbox_host import SandboxPolicy, resolve_backend
 
 # report key -> what it means for model-written code, as docs/sandbox.md words it

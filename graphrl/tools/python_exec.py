@@ -29,7 +29,7 @@ import shutil
 import signal
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -60,7 +60,7 @@ LAUNCHER = Path(__file__).with_name("_sandbox_launcher.py")
 _RUN_LAUNCHER = (
     f"import sys; sys.path.append({str(LAUNCHER.parent)!r}); import _sandbox_launcher; _sandbox_launcher.main()"
 )
-__all__ = ["MEMORY_BYTES", "OUTPUT_CAP", "SandboxPolicy", "run_python", "sandbox_report"]
+__all__ = ["MEMORY_BYTES", "OUTPUT_CAP", "SandboxPolicy", "run_python"]
 _ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
     "PYTHONIOENCODING": "utf-8",
@@ -347,14 +347,6 @@ async def run_python(
     cpu_s = max(1, int(timeout) + 1)
     feed = stdin.encode("utf-8") if stdin else b""
     raw = code.encode("utf-8")  # before a warm sandbox is taken: code that cannot be encoded fails here
-    if warm is None and isolate and policy.backend == "fork":  # a lone call: a server for it alone
-        from .sandbox_fork import ForkServer
-
-        server = ForkServer(policy)
-        try:
-            return await run_python(code, timeout=timeout, stdin=stdin, policy=policy, warm=server)
-        finally:
-            await server.close()
     run = await warm.take(policy) if warm is not None and isolate else None
     if run is None:
         run = await launch(code, cpu_s=cpu_s, policy=policy, isolate=isolate)
@@ -499,12 +491,3 @@ async def _remove_cgroup(path: str) -> None:
     kill_members(path)  # a call that ended by itself may still have left something in it
     if not rmdir(path):  # killed processes still leaving (milliseconds): wait for them off the loop
         await asyncio.to_thread(remove_cgroup, path)
-
-
-def sandbox_report(timeout: float = 10.0, policy: SandboxPolicy | None = None) -> dict:
-    """What the sandbox guarantees on this machine now: the report of one trivial run (through the
-    fork server where the policy resolves to it, as `ToolBox` would run it)."""
-    policy = policy or SandboxPolicy()
-    if resolve_backend(policy) == "fork":
-        policy = replace(policy, backend="fork")
-    return asyncio.run(run_python("pass", timeout=timeout, policy=policy)).data["sandbox"]

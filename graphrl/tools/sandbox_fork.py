@@ -24,11 +24,14 @@ import shutil
 import signal
 import socket
 import sys
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from ..runtime.deadline import within
-from .python_exec import _ENV, FILE_BYTES, WAITER, Launched, _remove_cgroup, await_report, dispose
-from .sandbox_host import SandboxPolicy, make_cgroups, make_workdir, strict_paths, strict_python
+from ..runtime.services import ToolResult
+from .python_exec import _ENV, FILE_BYTES, WAITER, Launched, _remove_cgroup, await_report, dispose, run_python
+from .sandbox_host import SandboxPolicy, make_cgroups, make_workdir, resolve_backend, strict_paths, strict_python
 from .sandbox_pool import SandboxPool
 
 SERVER_START_S = 30.0  # a server that has not forked one call by then is given up
@@ -347,3 +350,23 @@ class ForkServer:
             if server.sock is not None:
                 server.sock.close()
             shutil.rmtree(server.home, ignore_errors=True)
+
+
+async def run_once(code: str, *, timeout: float = 30.0, policy: SandboxPolicy, **kw: Any) -> ToolResult:
+    """One call through a fork server of its own (started and closed around it): a lone call, a test."""
+    server = ForkServer(policy)
+    try:
+        return await run_python(code, timeout=timeout, policy=policy, warm=server, **kw)
+    finally:
+        await server.close()
+
+
+def sandbox_report(timeout: float = 10.0, policy: SandboxPolicy | None = None) -> dict:
+    """What the sandbox guarantees on this machine now: the report of one trivial run, through the
+    fork server where the policy resolves to it (as `ToolBox` would run it)."""
+    policy = policy or SandboxPolicy()
+    if resolve_backend(policy) == "fork":
+        res = asyncio.run(run_once("pass", timeout=timeout, policy=replace(policy, backend="fork")))
+    else:
+        res = asyncio.run(run_python("pass", timeout=timeout, policy=policy))
+    return res.data["sandbox"]

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from graphrl.tools import sandbox_shell
-from graphrl.tools.python_exec import OUTPUT_CAP, SandboxPolicy, run_python, sandbox_report
+from graphrl.tools.python_exec import OUTPUT_CAP, SandboxPolicy, run_python
+from graphrl.tools.sandbox_fork import run_once, sandbox_report
 from graphrl.tools.sandbox_host import bubblewrap_works, fork_works
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -54,6 +55,8 @@ def backend(request):
 
 def py(code: str, timeout: float = 3.0, **kw):
     kw.setdefault("policy", _policy["now"])
+    if kw["policy"].backend == "fork" and kw.get("isolate", True):  # a fork server for the call
+        return asyncio.run(run_once(code, timeout=timeout, **kw))
     return asyncio.run(run_python(code, timeout=timeout, **kw))
 
 
@@ -277,8 +280,10 @@ code = (  # field 7 of /proc/self/stat: the controlling terminal's device number
     "except OSError as exc:\n    print('no terminal', exc.errno)\n"
     "else:\n    fcntl.ioctl(tty, termios.TIOCSTI, b'x')\n    print('injected')\n"
 )
-res = asyncio.run(run_python(code, timeout=10, policy=SandboxPolicy(backend=sys.argv[1])))
-print(res.text.strip())
+from graphrl.tools.sandbox_fork import run_once
+run = run_once if sys.argv[1] == "fork" else run_python
+res = asyncio.run(run(code, timeout=10, policy=SandboxPolicy(backend=sys.argv[1])))
+print(res.text.strip(), res.data["sandbox"]["backend"])
 """
 
 
@@ -293,7 +298,8 @@ def test_the_code_has_no_controlling_terminal_even_when_graphrl_has_one(backend,
         [sys.executable, "-c", _WITH_A_TERMINAL, backend, variant], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    tty_nr, opened = done.stdout.strip().splitlines()
+    tty_nr, opened = done.stdout.strip().rsplit(" ", 1)[0].splitlines()
+    assert done.stdout.strip().endswith(" " + backend), done.stdout  # the backend under test ran it
     assert tty_nr == "tty_nr 0", done.stdout  # no controlling terminal (the launcher's /dev has no tty
     # to try, so this is the check that holds for every backend)
     # ENXIO: /dev/tty is there but the process has no terminal; ENOENT: the launcher's /dev has no tty

@@ -66,7 +66,9 @@ def test_sandboxed_code_dies_with_the_run(tmp_path, sig, backend):
             sandbox_shell.available = lambda: None
         code = "import os, time\\n# {TOKEN}\\n" \\
                "if os.fork() == 0:\\n    os.setsid()\\n    time.sleep(120)\\ntime.sleep(120)\\n"
-        asyncio.run(run_python(code, timeout=110, policy=SandboxPolicy(backend={backend.removesuffix("-python-launcher")!r})))
+        from graphrl.tools.sandbox_fork import run_once
+        run = run_once if {backend!r} == "fork" else run_python
+        asyncio.run(run(code, timeout=110, policy=SandboxPolicy(backend={backend.removesuffix("-python-launcher")!r})))
     """)
     )
     proc = subprocess.Popen([sys.executable, str(script)], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
