@@ -40,6 +40,7 @@ import struct
 import sys
 
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
+CLONE_NEWIPC, CLONE_NEWUTS = 0x08000000, 0x04000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
 MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE = 4096, 8192, 16384, 1 << 18
 KEEP_FLAGS = MS_NOSUID | MS_NODEV | MS_NOEXEC | 1024 | 2048 | 4096  # + noatime, nodiratime, relatime
@@ -152,7 +153,7 @@ def _seccomp(report):
 
 
 def _unshare(report):
-    """New net + pid + mount namespaces; through a user namespace when we are not root."""
+    """New net + pid + mount + ipc + uts namespaces; through a user namespace when we are not root."""
     uid, gid = os.getuid(), os.getgid()
     if uid != 0:
         try:
@@ -168,6 +169,7 @@ def _unshare(report):
         (CLONE_NEWNET, "network_isolated"),
         (CLONE_NEWPID, "pid_namespace"),
         (CLONE_NEWNS, "mount_namespace"),
+        (CLONE_NEWIPC | CLONE_NEWUTS, "ipc_namespace"),  # SysV IPC and POSIX queues; the host name
     ):
         try:
             _call("unshare", flag)
@@ -409,6 +411,7 @@ def new_report(backend, memory_bytes):
         "user_namespace": False,
         "network_isolated": False,
         "pid_namespace": False,
+        "ipc_namespace": False,
         "mount_namespace": False,
         "proc_private": False,
         "filesystem_readonly": False,

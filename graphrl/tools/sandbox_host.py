@@ -182,6 +182,7 @@ def bubblewrap_args(workdir: str, env: dict[str, str], policy: SandboxPolicy, py
         "user_namespace": True,
         "network_isolated": True,
         "pid_namespace": True,
+        "ipc_namespace": True,  # --unshare-all: ipc and uts too
         "mount_namespace": True,
         "proc_private": True,
         "filesystem_readonly": True,

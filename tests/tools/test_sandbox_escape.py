@@ -209,6 +209,35 @@ def listener():
     srv.close()
 
 
+_SHM = "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.shmget.restype = ctypes.c_int\n"
+
+
+def test_sysv_ipc_of_the_host_and_of_other_calls_is_out_of_reach(report):
+    """SysV shared memory (and semaphores, message queues, POSIX queues) lives in an IPC namespace:
+    the host's segments are out of reach, and one the code makes (which outlives any process) goes
+    with the call's namespace instead of staying on the host for the next call to find."""
+    need(report, "ipc_namespace")
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.shmget.restype = ctypes.c_int
+    key = 0x6A7A0000 + os.getpid() % 0xFFFF
+    host = libc.shmget(key, 4096, 0o1000 | 0o666)  # IPC_CREAT, readable by anyone
+    assert host >= 0, os.strerror(ctypes.get_errno())
+    try:
+        res = py(_SHM + f"print('host segment', libc.shmget({key}, 0, 0) >= 0)\n"
+                 f"print('own segment', libc.shmget({key + 1}, 4096, 0o1000 | 0o666) >= 0)")  # fmt: skip
+        assert res.ok and res.text == "host segment False\nown segment True\n", res.text
+        assert libc.shmget(key + 1, 0, 0) < 0, "the call's segment was left on the host"
+        again = py(_SHM + f"print('earlier call', libc.shmget({key + 1}, 0, 0) >= 0)")
+        assert again.ok and again.text == "earlier call False\n", again.text
+    finally:
+        libc.shmctl(host, 0, None)  # IPC_RMID
+        left = libc.shmget(key + 1, 0, 0)
+        if left >= 0:
+            libc.shmctl(left, 0, None)
+
+
 def test_network_is_unreachable(report, listener):
     need(report, "network_isolated")
     port, accepted = listener
