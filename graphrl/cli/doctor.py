@@ -22,6 +22,7 @@ GUARANTEES = (
     ("network_isolated", "no network (IP and abstract sockets)"),
     ("unix_sockets_blocked", "no unix-domain sockets (socket files on the host unreachable)"),
     ("pid_namespace", "own pid namespace (dies with the run; host processes invisible)"),
+    ("ipc_namespace", "own IPC namespace (the host's SysV and POSIX IPC objects out of reach)"),
     ("filesystem_readonly", "read-only file system except its work directory"),
     ("strict_root", "strict root: none of your files visible"),
     ("dev_minimal", "minimal /dev"),

@@ -104,6 +104,23 @@ def test_doctor_says_which_backend_and_guarantees(monkeypatch):
     assert res.exit_code == 2 and "unknown sandbox backend 'docker'" in res.output
 
 
+@linux
+def test_doctor_by_default_reports_the_fork_server_where_it_works(monkeypatch):
+    """`graphrl run` and slime read GRAPHRL_SANDBOX_WARM (default 2), so `auto` means the fork server
+    where namespaces work: the doctor runs its trivial call the same way and says so."""
+    monkeypatch.delenv("GRAPHRL_SANDBOX", raising=False)
+    monkeypatch.delenv("GRAPHRL_SANDBOX_WARM", raising=False)
+    if not sandbox_host.fork_works():
+        pytest.skip("no namespaces here: auto is bubblewrap or the launcher")
+    res = CliRunner().invoke(cli_main, ["doctor"])
+    assert res.exit_code == 0, res.output
+    assert "python sandbox: backend fork" in res.output
+    assert "[yes] own IPC namespace" in res.output and "[yes] own pid namespace" in res.output
+    monkeypatch.setenv("GRAPHRL_SANDBOX_WARM", "0")  # no warm sandboxes: every call cold, as before
+    res = CliRunner().invoke(cli_main, ["doctor"])
+    assert res.exit_code == 0 and "python sandbox: backend fork" not in res.output
+
+
 def test_a_bad_sandbox_setting_stops_graphrl_run_with_exit_2(tmp_path):
     env = {**os.environ, "GRAPHRL_SANDBOX": "docker", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     repo = Path(__file__).resolve().parents[2]
