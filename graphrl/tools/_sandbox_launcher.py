@@ -48,8 +48,12 @@ PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_SECUREBITS, PR_SET_NO_NEW_PRIVS, PR_CA
 SECURE_NOROOT_ALL = 0x3 | 0xC | 0x30  # noroot, no_setuid_fixup, keep_caps_locked (+ their locks)
 DEVICES = ("null", "zero", "full", "random", "urandom")
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
-# (AUDIT_ARCH, socket, socketpair, io_uring_setup) per machine; other machines get no filter (reported)
-SYSCALLS = {"x86_64": (0xC000003E, 41, 53, 425), "aarch64": (0xC00000B7, 198, 199, 425)}
+# (AUDIT_ARCH, socket, socketpair, refused with EPERM: io_uring_setup, add_key, request_key, keyctl) per
+# machine; other machines get no filter (reported)
+SYSCALLS = {
+    "x86_64": (0xC000003E, 41, 53, (425, 248, 249, 250)),
+    "aarch64": (0xC00000B7, 198, 199, (425, 217, 218, 219)),
+}
 AF_UNIX, SOCK_DGRAM = 1, 2
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -101,35 +105,39 @@ def seccomp_program(machine=None):
     runtime's) can be connected to or sent to; socketpair() stays for SOCK_STREAM / SOCK_SEQPACKET
     (asyncio's self-pipe uses it; a connected pair cannot be pointed elsewhere) and is refused for
     SOCK_DGRAM (whose sendto() takes any path). io_uring_setup fails (its socket operations would
-    bypass the filter); 32-bit calls from a 64-bit process kill it, x32 calls fail with ENOSYS.
+    bypass the filter), and so do add_key, request_key and keyctl (the kernel's keyrings are not
+    namespaced: as root without a user namespace the code would share uid 0's keyring with the host
+    and every other call); 32-bit calls from a 64-bit process kill it, x32 calls fail with ENOSYS.
     None on a machine without a table entry.
     """
     entry = SYSCALLS.get(machine or os.uname().machine)
     if entry is None:
         return None
-    audit, nr_socket, nr_pair, nr_uring = entry
+    audit, nr_socket, nr_pair, refused = entry
     ld, jeq, jge, and_, ret = 0x20, 0x15, 0x35, 0x54, 0x06
     allow, kill = 0x7FFF0000, 0x80000000
     deny = lambda err: 0x00050000 | err  # SECCOMP_RET_ERRNO
     prog = [
-        (ld, 0, 0, 4),  # 0: arch
-        (jeq, 1, 0, audit),  # 1: ours -> 3
-        (ret, 0, 0, kill),  # 2
-        (ld, 0, 0, 0),  # 3: syscall number
-        (jge, 0, 1, 0x40000000),  # 4: x32 -> 5, else 6
-        (ret, 0, 0, deny(errno.ENOSYS)),  # 5
-        (jeq, 0, 1, nr_uring),  # 6: -> 7, else 8
-        (ret, 0, 0, deny(errno.EPERM)),  # 7
-        (jeq, 0, 3, nr_socket),  # 8: -> 9, else 12
-        (ld, 0, 0, 16),  # 9: args[0] (domain)
-        (jeq, 0, 6, AF_UNIX),  # 10: -> 11, else 17
-        (ret, 0, 0, deny(errno.EACCES)),  # 11
-        (jeq, 0, 4, nr_pair),  # 12: -> 13, else 17
-        (ld, 0, 0, 24),  # 13: args[1] (type and flags)
-        (and_, 0, 0, 0xF),  # 14: the type alone
-        (jeq, 0, 1, SOCK_DGRAM),  # 15: -> 16, else 17
-        (ret, 0, 0, deny(errno.EACCES)),  # 16
-        (ret, 0, 0, allow),  # 17
+        (ld, 0, 0, 4),  # arch
+        (jeq, 1, 0, audit),  # ours -> skip the kill
+        (ret, 0, 0, kill),
+        (ld, 0, 0, 0),  # syscall number
+        (jge, 0, 1, 0x40000000),  # x32 -> ENOSYS
+        (ret, 0, 0, deny(errno.ENOSYS)),
+    ]
+    for nr in refused:  # each: this one -> EPERM, else the next check
+        prog += [(jeq, 0, 1, nr), (ret, 0, 0, deny(errno.EPERM))]
+    prog += [
+        (jeq, 0, 3, nr_socket),  # socket -> look at its domain, else -> socketpair
+        (ld, 0, 0, 16),  # args[0] (domain)
+        (jeq, 0, 6, AF_UNIX),  # AF_UNIX -> EACCES, else -> allow
+        (ret, 0, 0, deny(errno.EACCES)),
+        (jeq, 0, 4, nr_pair),  # socketpair -> look at its type, else -> allow
+        (ld, 0, 0, 24),  # args[1] (type and flags)
+        (and_, 0, 0, 0xF),  # the type alone
+        (jeq, 0, 1, SOCK_DGRAM),  # SOCK_DGRAM -> EACCES, else -> allow
+        (ret, 0, 0, deny(errno.EACCES)),
+        (ret, 0, 0, allow),
     ]
     return b"".join(struct.pack("=HBBI", *ins) for ins in prog)
 

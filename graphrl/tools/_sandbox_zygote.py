@@ -48,7 +48,8 @@ def serve(ctl_fd, parent_pid, before, main):
             continue
         except OSError:
             os._exit(0)
-        if not msg:  # graphrl closed its end
+        if not msg:  # graphrl closed its end: the calls in flight may finish (graphrl kills us after 2 s)
+            _wait_for_children()
             os._exit(0)
         pid = -1
         if len(fds) == CALL_FDS:
@@ -99,3 +100,14 @@ def _as_fresh_script(cfg, before, main):
         del sys.path_importer_cache[key]
     for name in [n for n in sys.modules if n not in modules]:
         del sys.modules[name]
+
+
+def _wait_for_children():
+    """Until the last fork has ended (SIGCHLD is ignored: wait() returns when none is left)."""
+    while True:
+        try:
+            os.wait()
+        except ChildProcessError:
+            return
+        except InterruptedError:
+            continue

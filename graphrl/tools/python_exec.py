@@ -430,7 +430,11 @@ async def _stop(proc: asyncio.subprocess.Process, finished: asyncio.Task | None,
     """Kill the process group and everything in the call's cgroups (what left the group: bwrap's inner
     process, code that escaped it) and wait for the exit; if something still holds the output pipe
     after 2 s (a process that escaped both, possible without a pid namespace and cgroups), stop reading it."""
-    _kill_group(proc.pid)
+    stop = getattr(proc, "kill_sandbox", None)  # a fork server's call: killed through its pidfd
+    if stop is not None:
+        stop()
+    else:
+        _kill_group(proc.pid)
     for group in cgroups:
         kill_members(group["path"])
     try:
@@ -481,6 +485,8 @@ def _signal_note(rc: int) -> str:
 
 
 def _kill_group(pid: int) -> None:
+    if pid <= 0:  # killpg(0) would be graphrl's own group
+        return
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):

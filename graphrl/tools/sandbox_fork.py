@@ -20,6 +20,7 @@ import contextlib
 import marshal
 import os
 import re
+import select
 import shutil
 import signal
 import socket
@@ -68,6 +69,7 @@ class ForkedProcess:
         # our ends of the pipes, as files until a transport owns them (closing a file twice is harmless)
         self._files = [os.fdopen(stdin_w, "wb", 0), os.fdopen(stdout_r, "rb", 0)]
         self._fd = status_fd
+        self._pidfd = -1
         self._buf = b""
         self._loop = loop
         self._started: asyncio.Future[None] = loop.create_future()
@@ -102,15 +104,29 @@ class ForkedProcess:
         if not self._started.done() and (b"\n" in self._buf or not chunk):
             line = self._buf.split(b"\n", 1)[0]
             self.pid = int(line) if line.isdigit() else 0
+            if self.pid and chunk and b"X" not in self._buf:  # L0 is still running: a handle on it
+                with contextlib.suppress(OSError):
+                    self._pidfd = os.pidfd_open(self.pid)
             self._started.set_result(None)
         if not chunk:
             self._finish()
+
+    def kill_sandbox(self) -> None:
+        """SIGKILL L0 through its pidfd (the server's children are reaped by the kernel at once, so
+        its pid could be another process's by the time graphrl sees it end); L1 dies with it (its
+        parent-death signal) and, as pid 1 of the call's namespace, takes every process of the call."""
+        if self._pidfd >= 0:
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
 
     def _finish(self) -> None:
         if self._fd >= 0:
             self._loop.remove_reader(self._fd)
             os.close(self._fd)
             self._fd = -1
+        if self._pidfd >= 0:
+            os.close(self._pidfd)
+            self._pidfd = -1
         if self.returncode is None:
             found = re.search(rb"\nX(\d+)\n", self._buf)
             self.returncode = int(found.group(1)) if found else -signal.SIGKILL
@@ -143,10 +159,7 @@ class _Server:
         self.sock: socket.socket | None = None
         self.home = ""
         self.python = strict_python() if policy.strict else sys.executable
-
-    @property
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.returncode is None and self.sock is not None
+        self._send_lock = asyncio.Lock()
 
     async def start(self) -> None:
         self.home = make_workdir()  # named after this process: a killed run's is swept like a call's
@@ -175,18 +188,18 @@ class _Server:
         ours.setblocking(False)
         self.sock = ours
 
-    async def fork(self) -> Launched | None:
-        """One call's sandbox, reported and waiting for its code; None if the server could not fork."""
-        assert self.sock is not None
-        policy, loop = self.policy, asyncio.get_running_loop()
-        workdir, cgroups = make_workdir(), make_cgroups(policy)
-        stdin_r, stdin_w = os.pipe()
-        out_r, out_w = os.pipe()
-        report_r, report_w = os.pipe()
-        status_r, status_w = os.pipe()
-        theirs = (stdin_r, out_w, report_w, status_w)
-        env = {**_ENV, "HOME": workdir, "TMPDIR": workdir}
-        cfg = {
+    @property
+    def alive(self) -> bool:
+        """Started, not exited, and its end of the socket still open (it never writes, so a readable
+        socket means end of file)."""
+        if self.proc is None or self.proc.returncode is not None or self.sock is None:
+            return False
+        readable, _, _ = select.select([self.sock], [], [], 0)
+        return not readable
+
+    def _config(self, workdir: str, cgroups: list[dict[str, str]]) -> dict[str, Any]:
+        policy = self.policy
+        return {
             "backend": "fork",
             "python": self.python,
             "script": None,
@@ -199,57 +212,86 @@ class _Server:
             "file_bytes": FILE_BYTES,
             "max_procs": policy.max_procs,
             "cgroups": cgroups,
-            "env": env,
+            "env": {**_ENV, "HOME": workdir, "TMPDIR": workdir},
         }
-        proc = ForkedProcess(status_r, stdin_w, out_r, loop)
-        run = Launched(proc, workdir, cgroups, report_r, policy)  # type: ignore[arg-type]
+
+    async def fork(self) -> Launched | None:
+        """One call's sandbox, reported and waiting for its code; None when the server made no fork.
+        On an error everything of this fork is stopped and removed, and the error raised (the caller
+        asks `alive` whether the server itself is gone)."""
+        loop = asyncio.get_running_loop()
+        workdir, cgroups, raw = make_workdir(), list[dict[str, str]](), list[int]()
+        proc: ForkedProcess | None = None
+        run: Launched | None = None
         try:
+            cgroups = make_cgroups(self.policy)
+            for _ in range(4):
+                raw.extend(os.pipe())
+            stdin_r, stdin_w, out_r, out_w, report_r, report_w, status_r, status_w = raw
+            theirs = (stdin_r, out_w, report_w, status_w)
+            proc = ForkedProcess(status_r, stdin_w, out_r, loop)
+            run = Launched(proc, workdir, cgroups, report_r, self.policy)  # type: ignore[arg-type]
+            raw = list(theirs)  # the others belong to `proc` and `run` now
             try:
-                await self._send(marshal.dumps(cfg), theirs)
+                await within(self._send(marshal.dumps(self._config(workdir, cgroups)), theirs), SERVER_START_S)
             finally:
-                for fd in theirs:
+                for fd in raw:
                     os.close(fd)
+                raw = []
             await proc.connect()
-            if not await within(proc.started(), SERVER_START_S):  # the server could not fork
-                proc.close()
-                await dispose(run)
+            if not await within(proc.started(), SERVER_START_S):  # the server made no fork
+                await self._discard(run, proc, workdir, cgroups)
                 return None
             report = await within(await_report(run), SERVER_START_S)
         except BaseException:
-            if proc.pid:
-                await dispose(run)  # stops the fork (its group and cgroups), removes the rest
-            else:
-                os.close(run.report_r)
-                run.report_r = -1
-                shutil.rmtree(workdir, ignore_errors=True)
-                for group in cgroups:
-                    await _remove_cgroup(group["path"])
-            proc.close()
+            for fd in raw:
+                os.close(fd)
+            await self._discard(run, proc, workdir, cgroups)
             raise
         if not report.get("launcher") or proc.returncode is not None:
-            await dispose(run)
+            await self._discard(run, proc, workdir, cgroups)
             return None
         return run
 
+    @staticmethod
+    async def _discard(
+        run: Launched | None, proc: ForkedProcess | None, workdir: str, cgroups: list[dict[str, str]]
+    ) -> None:
+        if run is not None and proc is not None and proc.pid:
+            await dispose(run)  # stops the fork (through its pidfd, and its cgroups), removes the rest
+        else:
+            if run is not None and run.report_r >= 0:
+                os.close(run.report_r)
+                run.report_r = -1
+            shutil.rmtree(workdir, ignore_errors=True)
+            for group in cgroups:
+                await _remove_cgroup(group["path"])
+        if proc is not None:
+            proc.close()
+
     async def _send(self, data: bytes, fds: tuple[int, ...]) -> None:
-        assert self.sock is not None
-        sock, loop = self.sock, asyncio.get_running_loop()
-        while True:
-            try:
-                socket.send_fds(sock, [data], list(fds))
-                return
-            except BlockingIOError:
-                ready: asyncio.Future[None] = loop.create_future()
-
-                def writable() -> None:
-                    if not ready.done():
-                        ready.set_result(None)
-
-                loop.add_writer(sock.fileno(), writable)
+        """One message to the server, calls taking turns (one writer waits on the socket at a time)."""
+        async with self._send_lock:
+            sock, loop = self.sock, asyncio.get_running_loop()
+            if sock is None:
+                raise BrokenPipeError("the fork server is closed")
+            fd = sock.fileno()
+            while True:
                 try:
-                    await ready
-                finally:
-                    loop.remove_writer(sock.fileno())
+                    socket.send_fds(sock, [data], list(fds))
+                    return
+                except BlockingIOError:
+                    ready: asyncio.Future[None] = loop.create_future()
+
+                    def writable() -> None:
+                        if not ready.done():
+                            ready.set_result(None)
+
+                    loop.add_writer(fd, writable)
+                    try:
+                        await ready
+                    finally:
+                        loop.remove_writer(fd)
 
     async def close(self) -> None:
         if self.sock is not None:
@@ -264,7 +306,7 @@ class _Server:
         shutil.rmtree(self.home, ignore_errors=True)
 
     def kill(self) -> None:
-        if self.proc is not None:
+        if self.proc is not None and self.proc.returncode is None:  # not reaped: its pid is still its own
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
 
@@ -306,8 +348,9 @@ class ForkServer:
             return None
         try:
             return await server.fork()
-        except (OSError, asyncio.TimeoutError, TimeoutError):  # the server died under us: start cold
-            await server.close()
+        except (OSError, asyncio.TimeoutError, TimeoutError):  # this call starts cold
+            if not server.alive:  # the server is gone (one failed fork never retires a live one)
+                await server.close()
             return None
 
     async def _server(self, policy: SandboxPolicy) -> _Server | None:

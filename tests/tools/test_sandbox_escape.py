@@ -9,6 +9,7 @@ timeout of 2-5 s.
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import signal
 import socket
@@ -236,6 +237,24 @@ def test_sysv_ipc_of_the_host_and_of_other_calls_is_out_of_reach(report):
         left = libc.shmget(key + 1, 0, 0)
         if left >= 0:
             libc.shmctl(left, 0, None)
+
+
+def test_the_kernel_keyrings_are_refused(report):
+    """Keyrings are not namespaced (as root without a user namespace the code would share uid 0's
+    keyring with the host and every call): add_key, request_key and keyctl fail with EPERM."""
+    need(report, "unix_sockets_blocked")  # the filter is in place
+    nrs = {"x86_64": (248, 249, 250), "aarch64": (217, 218, 219)}.get(os.uname().machine)
+    if nrs is None:
+        pytest.skip("no syscall table for this machine")
+    add_key, request_key, keyctl = nrs
+    code = (
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "def err(nr, *a):\n    return 0 if libc.syscall(nr, *a) >= 0 else ctypes.get_errno()\n"
+        f"print(err({keyctl}, 0, -4, 0), err({add_key}, b'user', b'graphrl', b'x', 1, -4),"
+        f" err({request_key}, b'user', b'graphrl', None, -4))"
+    )
+    res = py(code)
+    assert res.ok and res.text.split() == [str(errno.EPERM)] * 3, res.text
 
 
 def test_network_is_unreachable(report, listener):

@@ -69,6 +69,43 @@ def test_seccomp_program_shape():
             assert i + 1 + max(jt, jf) < len(ins)
     assert ins[-1] == (0x06, 0, 0, 0x7FFF0000)  # falls through to allow
     assert launcher.seccomp_program("sparc") is None
+    refused = {k for code, _jt, _jf, k in ins if code == 0x15} & {425, 248, 249, 250}
+    assert refused == {425, 248, 249, 250}  # io_uring_setup, add_key, request_key, keyctl
+
+
+@linux
+def test_the_seccomp_program_decides_as_documented():
+    """The program run against syscalls, in a child that installs it (no_new_privs first): what it
+    refuses, with which errno, and that it lets the rest through."""
+    code = r"""
+import ctypes, errno, os, socket, sys
+sys.path.insert(0, sys.argv[1])
+import _sandbox_launcher as L
+report = {"errors": []}
+L._call("prctl", L.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+L._seccomp(report)
+libc = ctypes.CDLL(None, use_errno=True)
+def err(nr, *args):
+    return 0 if libc.syscall(nr, *args) >= 0 else ctypes.get_errno()
+try:
+    socket.socket(socket.AF_UNIX)
+    unix = 0
+except OSError as exc:
+    unix = exc.errno
+socket.socket(socket.AF_INET).close()
+a, b = socket.socketpair()
+print(report.get("unix_sockets_blocked"), unix, err(250, 0, -4, 0), err(248, b"user", b"k", b"v", 1, -4),
+      err(249, b"user", b"k", None, -4), err(425, 4, None))
+"""
+    import errno
+
+    tools = str(Path(launcher.__file__).parent)
+    if os.uname().machine != "x86_64":
+        pytest.skip("the syscall numbers below are x86_64's")
+    done = subprocess.run([sys.executable, "-I", "-c", code, tools], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    e = errno
+    assert done.stdout.split() == ["True", str(e.EACCES)] + [str(e.EPERM)] * 4, done.stdout
 
 
 @linux
