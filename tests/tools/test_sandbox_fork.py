@@ -110,6 +110,42 @@ def test_a_server_killed_from_outside_is_replaced():
     assert a.text == "1\n" and b.text == "2\n" and replaced and served == 2
 
 
+def test_one_failed_fork_sends_its_call_cold_and_leaves_the_server_serving(monkeypatch):
+    """A fork that fails on graphrl's side (here: its cgroups cannot be made) must not retire the
+    server: the calls it is serving would die with it (found by review)."""
+    policy = SandboxPolicy(backend="fork")
+    real = sandbox_fork.make_cgroups
+    failures = []
+
+    def failing_once(p):
+        if not failures:
+            failures.append(1)
+            raise OSError("no cgroup for you")
+        return real(p)
+
+    async def go():
+        server = ForkServer(policy)
+        try:
+            await run_python("pass", timeout=5, policy=policy, warm=server)  # the server is up
+            (first,) = server._servers.values()
+            slow = asyncio.create_task(
+                run_python("import time; time.sleep(1.0); print('slow done')", timeout=10, policy=policy, warm=server)
+            )
+            await asyncio.sleep(0.3)  # the slow call is running in its fork
+            monkeypatch.setattr(sandbox_fork, "make_cgroups", failing_once)
+            cold = await run_python("print('cold')", timeout=5, policy=policy, warm=server)
+            (second,) = server._servers.values()
+            return await slow, cold, first is second, server.missed
+        finally:
+            await server.close()
+
+    slow, cold, same, missed = asyncio.run(go())
+    assert failures and missed == 1
+    assert cold.ok and cold.text == "cold\n" and cold.data["sandbox"]["backend"] == "launcher"
+    assert slow.ok and slow.text == "slow done\n", slow.text
+    assert same
+
+
 def _record(monkeypatch) -> tuple[list[str], list[str]]:
     made: list[str] = []
     groups: list[str] = []
