@@ -29,7 +29,7 @@ import shutil
 import signal
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -95,8 +95,8 @@ async def launch(code: str, *, cpu_s: int, policy: SandboxPolicy, isolate: bool 
         if probe.cache_info().currsize == 0:
             await asyncio.to_thread(probe)  # the one-time probes, off the event loop
     backend = resolve_backend(policy) if isolate else "none"
-    if backend == "fork":  # a call the fork server could not serve: the same sandbox, started cold
-        backend = "launcher"
+    if backend == "fork":  # a session, or a call the fork server did not serve: started cold, as auto
+        backend = resolve_backend(replace(policy, warm=0)) if policy.backend == "auto" else "launcher"
     workdir = make_workdir()
     cgroups = make_cgroups(policy) if isolate else []
     report_r, report_w = os.pipe()

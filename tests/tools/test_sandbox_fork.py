@@ -228,3 +228,22 @@ def test_auto_with_warm_sandboxes_resolves_to_the_fork_server_and_the_toolbox_us
     res, source = asyncio.run(go())
     assert res.ok and res.data["sandbox"]["backend"] == "fork"
     assert isinstance(source, ForkServer) and source.served == 1 and source.closed
+
+
+def test_a_session_under_auto_starts_as_auto_would_without_warm_sandboxes():
+    """Sessions (and calls the server did not serve) start cold: with `auto` that is bubblewrap where
+    it works, as before the fork server, not the launcher the fork server's sandbox is made of."""
+    from graphrl.tools.python_session import PythonSession
+
+    policy = SandboxPolicy(warm=2)
+
+    async def go():
+        session = PythonSession(policy)
+        try:
+            return await session.call("x = 1\nprint(x)", timeout=10)
+        finally:
+            await session.close()
+
+    res = asyncio.run(go())
+    assert res.ok and res.text == "1\n", res.text
+    assert res.data["sandbox"]["backend"] == resolve_backend(SandboxPolicy(warm=0))
