@@ -247,3 +247,40 @@ def test_a_session_under_auto_starts_as_auto_would_without_warm_sandboxes():
     res = asyncio.run(go())
     assert res.ok and res.text == "1\n", res.text
     assert res.data["sandbox"]["backend"] == resolve_backend(SandboxPolicy(warm=0))
+
+
+def test_calls_work_when_the_process_has_more_than_1024_files_open():
+    """A rollout process at high concurrency holds well over 1,024 descriptors (sockets, pipes): the
+    fork server's own socket then gets a number `select()` refuses. Found by the full benchmark (every
+    python call at concurrency 512 failed with "filedescriptor out of range in select()")."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 1400
+    if soft < want:
+        if hard != resource.RLIM_INFINITY and hard < want:
+            pytest.skip(f"RLIMIT_NOFILE hard limit {hard} is below {want}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    held = []
+    try:
+        null = os.open(os.devnull, os.O_RDONLY)
+        held.append(null)
+        while held[-1] < 1100:
+            held.append(os.dup(null))
+
+        async def go():
+            server = ForkServer(POLICY)
+            try:
+                res = [await run_python(f"print({i} * 3)", timeout=5, policy=POLICY, warm=server) for i in range(3)]
+                (srv,) = server._servers.values()
+                assert srv.sock is not None and srv.sock.fileno() > 1024  # the case under test
+                return res, server.served
+            finally:
+                await server.close()
+
+        res, served = asyncio.run(go())
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert [r.text for r in res] == ["0\n", "3\n", "6\n"] and served == 3
