@@ -189,6 +189,11 @@ def test_verdicts_judge_each_target_against_the_careful_baseline():
     merged[("wf", 512, "graphrl")] = _row(9.9, 0.35, 1.0, 0, 0.9)
     good = verdicts(merged)[1]
     assert "wall 0.990x careful [PASS]" in good and "+0.050 ms/call [PASS]" in good and "[MISS]" not in good
+    # other requests than careful's (a tool call that failed changes the next prompt): nothing to judge
+    merged[("wf", 512, "graphrl")]["prompt_digest"] = "0badf00d"
+    other = verdicts(merged)[1]
+    assert "wall 0.990x careful [NOT COMPARABLE: other requests than careful]" in other
+    assert "+0.050 ms/call [NOT COMPARABLE" in other and "[PASS]" in other  # mismatches, cache hit still judged
 
 
 def test_the_ratio_table_gives_machine_cpu_where_the_run_measured_it():
