@@ -102,25 +102,10 @@ async def launch(code: str, *, cpu_s: int, policy: SandboxPolicy, isolate: bool 
     report_r, report_w = os.pipe()
     try:
         Path(workdir, "main.py").write_text(code, encoding="utf-8")
-        env = {**_ENV, "HOME": workdir, "TMPDIR": workdir}
         python = strict_python() if policy.strict and isolate else sys.executable
-        cfg = {
-            "backend": backend,
-            "python": python,
-            "script": "main.py",
-            "workdir": workdir,
-            "strict": policy.strict and isolate,
-            "strict_paths": strict_paths() if policy.strict and backend == "launcher" else [],
-            "disk_bytes": policy.disk_bytes,
-            "cpu_s": cpu_s,
-            "memory_bytes": policy.memory_bytes,
-            "file_bytes": FILE_BYTES,
-            "max_procs": policy.max_procs,
-            "cgroups": cgroups,
-            "report_fd": report_w,
-            "parent_pid": os.getpid(),
-            "env": env,
-        }
+        cfg = call_config(backend, python, workdir, policy, cpu_s=cpu_s, cgroups=cgroups, script="main.py")
+        cfg.update(strict=policy.strict and isolate, report_fd=report_w, parent_pid=os.getpid())
+        env = cfg["env"]
         shell = None
         if backend == "bubblewrap":
             cfg["bwrap"] = bwrap_path()
@@ -149,6 +134,28 @@ async def launch(code: str, *, cpu_s: int, policy: SandboxPolicy, isolate: bool 
     finally:
         os.close(report_w)
     return Launched(proc, workdir, cgroups, report_r, policy)
+
+
+def call_config(
+    backend: str, python: str, workdir: str, policy: SandboxPolicy, *, cpu_s: int, cgroups: list, script: str | None
+) -> dict:
+    """The launcher's configuration of one call (`_sandbox_launcher`), however it is started: `launch`
+    adds the report fd and its parent's pid, the fork server sends it as it is."""
+    return {
+        "backend": backend,
+        "python": python,
+        "script": script,
+        "workdir": workdir,
+        "strict": policy.strict,
+        "strict_paths": strict_paths() if policy.strict and backend in ("launcher", "fork") else [],
+        "disk_bytes": policy.disk_bytes,
+        "cpu_s": cpu_s,
+        "memory_bytes": policy.memory_bytes,
+        "file_bytes": FILE_BYTES,
+        "max_procs": policy.max_procs,
+        "cgroups": cgroups,
+        "env": {**_ENV, "HOME": workdir, "TMPDIR": workdir},
+    }
 
 
 async def _spawn(

@@ -30,12 +30,11 @@ from typing import Any
 
 from ..runtime.deadline import within
 from ..runtime.services import ToolResult
-from .python_exec import _ENV, FILE_BYTES, WAITER, Launched, _remove_cgroup, await_report, dispose, run_python
-from .sandbox_host import SandboxPolicy, make_cgroups, make_workdir, resolve_backend, strict_paths, strict_python
-from .sandbox_pool import SandboxPool
+from .python_exec import _ENV, WAITER, Launched, _remove_cgroup, await_report, call_config, dispose, run_python
+from .sandbox_host import SandboxPolicy, make_cgroups, make_workdir, resolve_backend, strict_python
+from .sandbox_pool import POOL_CPU_S, SandboxPool
 
 SERVER_START_S = 30.0  # a server that has not forked one call by then is given up
-POOL_CPU_S = 3600  # the waiter lowers this to the call's own limit before the code runs
 _TOOLS = str(Path(__file__).parent)
 
 
@@ -202,24 +201,6 @@ class _Server:
             return False
         return False
 
-    def _config(self, workdir: str, cgroups: list[dict[str, str]]) -> dict[str, Any]:
-        policy = self.policy
-        return {
-            "backend": "fork",
-            "python": self.python,
-            "script": None,
-            "workdir": workdir,
-            "strict": policy.strict,
-            "strict_paths": strict_paths() if policy.strict else [],
-            "disk_bytes": policy.disk_bytes,
-            "cpu_s": POOL_CPU_S,
-            "memory_bytes": policy.memory_bytes,
-            "file_bytes": FILE_BYTES,
-            "max_procs": policy.max_procs,
-            "cgroups": cgroups,
-            "env": {**_ENV, "HOME": workdir, "TMPDIR": workdir},
-        }
-
     async def fork(self) -> Launched | None:
         """One call's sandbox, reported and waiting for its code; None when the server made no fork.
         On an error everything of this fork is stopped and removed, and the error raised (the caller
@@ -238,7 +219,10 @@ class _Server:
             run = Launched(proc, workdir, cgroups, report_r, self.policy)  # type: ignore[arg-type]
             raw = list(theirs)  # the others belong to `proc` and `run` now
             try:
-                await within(self._send(marshal.dumps(self._config(workdir, cgroups)), theirs), SERVER_START_S)
+                cfg = call_config(
+                    "fork", self.python, workdir, self.policy, cpu_s=POOL_CPU_S, cgroups=cgroups, script=None
+                )
+                await within(self._send(marshal.dumps(cfg), theirs), SERVER_START_S)
             finally:
                 for fd in raw:
                     os.close(fd)
