@@ -338,6 +338,20 @@ _serve()
 """
 
 
+async def take_warm(warm: WarmSource, policy: SandboxPolicy, raw: bytes, cpu_s: int) -> tuple[Launched, bytes] | None:
+    """A started sandbox from `warm` for the script `raw` (its UTF-8) under a CPU limit of `cpu_s`, and the
+    bytes that start it (`WAITER`'s header and the script: the caller writes them to its stdin first,
+    then whatever the program reads); None when none is ready (the caller starts one cold). The report
+    already says `cpu_s`: the waiter lowers the limit to it before the script runs."""
+    run = await warm.take(policy)
+    if run is None:
+        return None
+    report = read_report(run)
+    if "cpu_s" in report.get("rlimits", {}):
+        report["rlimits"]["cpu_s"] = cpu_s
+    return run, b"%d %d\n" % (cpu_s, len(raw)) + raw
+
+
 async def run_python(
     code: str,
     *,
@@ -354,14 +368,12 @@ async def run_python(
     cpu_s = max(1, int(timeout) + 1)
     feed = stdin.encode("utf-8") if stdin else b""
     raw = code.encode("utf-8")  # before a warm sandbox is taken: code that cannot be encoded fails here
-    run = await warm.take(policy) if warm is not None and isolate else None
-    if run is None:
+    taken = await take_warm(warm, policy, raw, cpu_s) if warm is not None and isolate else None
+    if taken is None:
         run = await launch(code, cpu_s=cpu_s, policy=policy, isolate=isolate)
     else:
-        feed = b"%d %d\n" % (cpu_s, len(raw)) + raw + feed
-        report = read_report(run)  # the waiter lowers the CPU limit to this call's before it runs
-        if "cpu_s" in report.get("rlimits", {}):
-            report["rlimits"]["cpu_s"] = cpu_s
+        run, head = taken
+        feed = head + feed
     proc = run.proc
     finished = None
     try:

@@ -5,8 +5,10 @@ Input: code cells, one per `python` tool call with `session: true`. Output: a `T
 `ok` = the cell raised nothing (an uncaught exception prints its traceback, as a script would),
 `data` = {"exit_status": 0 | 1, "session_calls": n, "sandbox": report}.
 
-The interpreter is started by `python_exec.launch` (the same sandbox, backends and limits as one-shot
-calls; its CPU limit is `SESSION_CPU_S` over the whole session) running `DRIVER`, a small loop that
+The interpreter is a sandbox as a one-shot call's (the same backends and limits; its CPU limit is
+`SESSION_CPU_S` over the whole session): taken from the ToolBox's warm source (the fork server, or a
+pool of started sandboxes) when one is ready, as a one-shot call's is, else started by
+`python_exec.launch`. It runs `DRIVER`, a small loop that
 reads length-prefixed cells on stdin, runs each with `exec` in one namespace, and answers on a private
 copy of the original stdout. A cell that times out, overflows its output or ends the interpreter
 (`os._exit`, a crash) ends the session: the observation says so and the next cell starts a fresh one
@@ -20,7 +22,7 @@ import json
 
 from ..runtime.deadline import within
 from ..runtime.services import ToolResult
-from .python_exec import OUTPUT_CAP, Launched, SandboxPolicy, dispose, launch, read_report
+from .python_exec import OUTPUT_CAP, Launched, SandboxPolicy, WarmSource, dispose, launch, read_report, take_warm
 
 SESSION_CPU_S = 600  # CPU seconds for the whole session (each cell also has its node's wall timeout)
 
@@ -61,13 +63,15 @@ while True:
 """
     % OUTPUT_CAP
 )
+_DRIVER_RAW = DRIVER.encode("utf-8")
 
 
 class PythonSession:
     """One rollout's interpreter. Not shared between rollouts; cells run one at a time."""
 
-    def __init__(self, policy: SandboxPolicy):
+    def __init__(self, policy: SandboxPolicy, warm: WarmSource | None = None):
         self._policy = policy
+        self._warm = warm
         self._run: Launched | None = None
         self._lock = asyncio.Lock()
         self.calls = 0  # cells run by the current interpreter
@@ -76,17 +80,21 @@ class PythonSession:
     async def call(self, code: str, *, timeout: float) -> ToolResult:
         async with self._lock:
             fresh = self._run is None
+            starter = b""
             if fresh:
-                self._run = await launch(DRIVER, cpu_s=SESSION_CPU_S, policy=self._policy)
+                self._run, starter = await self._start()
                 self.calls = 0
             run = self._run
             assert run is not None
             try:
-                status, body, more = await within(self._exchange(run, code), timeout)
+                status, body, more = await within(self._exchange(run, code, starter), timeout)
             except asyncio.TimeoutError:
                 return await self._end(f"[timed out after {timeout:g} s: the session was stopped]", "timeout")
             except (ConnectionError, EOFError, ValueError, KeyError, TypeError) as exc:
                 return await self._end(f"[the session's interpreter ended ({exc}): its state is lost]", "session ended")
+            finally:
+                if starter and self._warm is not None:
+                    self._warm.refill()  # as for a one-shot call: the replacement starts once the cell is done
             self.calls += 1
             text = body.decode("utf-8", errors="replace")
             data: dict = {"exit_status": status, "session_calls": self.calls, "fresh_session": fresh}
@@ -96,10 +104,19 @@ class PythonSession:
                 text += ("" if not text or text.endswith("\n") else "\n") + note
             return ToolResult(text, ok=status == 0, error=None if status == 0 else "exception", data=data)
 
-    async def _exchange(self, run: Launched, code: str) -> tuple[int, bytes, bool]:
+    async def _start(self) -> tuple[Launched, bytes]:
+        """A new interpreter: a warm sandbox and the bytes that start `DRIVER` in it, or one started cold
+        (already running `DRIVER`: no bytes)."""
+        if self._warm is not None:
+            taken = await take_warm(self._warm, self._policy, _DRIVER_RAW, SESSION_CPU_S)
+            if taken is not None:
+                return taken
+        return await launch(DRIVER, cpu_s=SESSION_CPU_S, policy=self._policy), b""
+
+    async def _exchange(self, run: Launched, code: str, starter: bytes = b"") -> tuple[int, bytes, bool]:
         assert run.proc.stdin is not None and run.proc.stdout is not None
         raw = code.encode("utf-8")
-        run.proc.stdin.write(b"%d\n" % len(raw) + raw)
+        run.proc.stdin.write(starter + b"%d\n" % len(raw) + raw)
         await run.proc.stdin.drain()
         line = await run.proc.stdout.readline()
         if not line:

@@ -81,7 +81,10 @@ class ToolBox:
                 "[python session: no rollout to hold it (called outside a graph)]", ok=False, error="session"
             )
         key = f"python-session:{'strict' if policy.strict else 'plain'}"
-        session = resources.get(key) or resources.put(key, PythonSession(policy))
+        session = resources.get(key)
+        if session is None:
+            warm = await self._pools.get() if self._sandbox.warm > 0 else None
+            session = resources.get(key) or resources.put(key, PythonSession(policy, warm))  # one per rollout
         return await session.call(code, timeout=timeout)
 
     def _user(self, ref: str) -> Callable[..., Any] | ImportProblem:

@@ -1,5 +1,7 @@
 """Python sessions (`session: true`): one sandboxed interpreter per rollout, its state kept between
-calls, ended cleanly by timeouts and crashes, and gone when the rollout ends."""
+calls, ended cleanly by timeouts and crashes, and gone when the rollout ends. Every test runs with the
+interpreter started each way this machine has: cold (no warm sandboxes), from the fork server (`auto`
+with warm sandboxes), and from a pool of started bubblewrap sandboxes."""
 
 from __future__ import annotations
 
@@ -11,23 +13,44 @@ from pathlib import Path
 import pytest
 
 from graphrl.runtime.services import RolloutResources
+from graphrl.tools.python_session import SESSION_CPU_S
 from graphrl.tools.registry import ToolBox
-from graphrl.tools.sandbox_host import SandboxPolicy
+from graphrl.tools.sandbox_host import SandboxPolicy, bubblewrap_works, fork_works, resolve_backend
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the sandbox is Linux")
 
+_LINUX = sys.platform == "linux"
+STARTS = {
+    "cold": SandboxPolicy(),
+    **({"fork": SandboxPolicy(warm=1)} if _LINUX and fork_works() else {}),
+    **({"bubblewrap-pool": SandboxPolicy(backend="bubblewrap", warm=1)} if _LINUX and bubblewrap_works() else {}),
+}
+POLICY = SandboxPolicy()
+
+
+@pytest.fixture(autouse=True, params=list(STARTS))
+def start(request, monkeypatch):
+    """The module's tools start their interpreters this way (`POLICY`, read by `box()`)."""
+    monkeypatch.setattr(sys.modules[__name__], "POLICY", STARTS[request.param])
+    return request.param
+
+
+def box() -> ToolBox:
+    return ToolBox(sandbox=POLICY)
+
 
 def cells(*codes: str, timeout: float = 5.0, resources: RolloutResources | None = None, close: bool = True):
-    box = ToolBox(sandbox=SandboxPolicy())
+    tools = box()
     res = resources or RolloutResources()
 
     async def go():
         out = [
-            await box.call("python", {"code": c, "session": True}, timeout=timeout, max_chars=None, resources=res)
+            await tools.call("python", {"code": c, "session": True}, timeout=timeout, max_chars=None, resources=res)
             for c in codes
         ]
         if close:
             await res.close()
+        await tools.close()
         return out
 
     return asyncio.run(go())
@@ -72,11 +95,11 @@ def test_output_of_a_cell_is_capped_and_the_session_goes_on():
 
 def test_two_rollouts_never_share_an_interpreter():
     r1, r2 = RolloutResources(), RolloutResources()
-    box = ToolBox()
+    tools = box()
 
     async def go():
-        await box.call("python", {"code": "secret = 'r1'", "session": True}, timeout=5, max_chars=None, resources=r1)
-        seen = await box.call(
+        await tools.call("python", {"code": "secret = 'r1'", "session": True}, timeout=5, max_chars=None, resources=r1)
+        seen = await tools.call(
             "python",
             {"code": "print(globals().get('secret'))", "session": True},
             timeout=5,
@@ -85,6 +108,7 @@ def test_two_rollouts_never_share_an_interpreter():
         )
         await r1.close()
         await r2.close()
+        await tools.close()
         return seen
 
     assert asyncio.run(go()).text == "None\n"
@@ -104,10 +128,10 @@ def _session_pids(workdir: str) -> list[int]:
 
 def test_closing_the_rollout_stops_the_interpreter_and_removes_its_files():
     res = RolloutResources()
-    box = ToolBox()
+    tools = box()
 
     async def go():
-        a = await box.call(
+        a = await tools.call(
             "python",
             {"code": "import os\nprint(os.getcwd())", "session": True},
             timeout=5,
@@ -117,6 +141,7 @@ def test_closing_the_rollout_stops_the_interpreter_and_removes_its_files():
         workdir = a.text.strip()
         alive = Path(workdir).exists() and bool(_session_pids(workdir))
         await res.close()
+        await tools.close()
         return workdir, alive
 
     workdir, alive = asyncio.run(go())
@@ -126,7 +151,7 @@ def test_closing_the_rollout_stops_the_interpreter_and_removes_its_files():
 
 
 def test_without_a_rollout_a_session_is_refused():
-    res = asyncio.run(ToolBox().call("python", {"code": "1", "session": True}, timeout=5, max_chars=None))
+    res = asyncio.run(box().call("python", {"code": "1", "session": True}, timeout=5, max_chars=None))
     assert not res.ok and "no rollout" in res.text
 
 
@@ -151,3 +176,54 @@ def test_a_cell_reading_stdin_gets_eof_not_the_next_cell():
     a, b = cells("import sys\nprint(repr(sys.stdin.read()))", "print('second ran')")
     assert a.ok and a.text == "''\n"
     assert b.ok and b.text == "second ran\n"
+
+
+def _ready(source) -> int:
+    pool = getattr(source, "_ahead", source)  # a ForkServer makes its forks ahead in a SandboxPool
+    return len(pool._ready)
+
+
+async def _until(cond, seconds: float = 10.0) -> None:
+    for _ in range(int(seconds / 0.05)):
+        if cond():
+            return
+        await asyncio.sleep(0.05)
+
+
+def test_the_interpreter_starts_as_the_policy_says_and_a_warm_one_is_replaced(start):
+    """Warm (fork server or pool), the session takes a started sandbox as a one-shot call does, its
+    report saying the session's CPU limit, and the source makes a replacement once the first cell is
+    done; cold, the sandbox is launched as `auto` without warm sandboxes would."""
+    res = RolloutResources()
+    tools = box()
+
+    async def go():
+        try:
+            await tools.call("python", {"code": "pass"}, timeout=5, max_chars=None)  # the source fills up
+            source = await tools._pools.get() if POLICY.warm else None
+            if source is not None:
+                await _until(lambda: _ready(source) == 1)
+            served0 = source.served if source is not None else 0
+            a = await tools.call("python", {"code": "x = 1", "session": True}, timeout=5, max_chars=None, resources=res)
+            b = await tools.call(
+                "python", {"code": "print(x)", "session": True}, timeout=5, max_chars=None, resources=res
+            )
+            if source is None:
+                return a, b, 0, 0
+            taken = source.served - served0
+            await _until(lambda: _ready(source) == 1)
+            return a, b, taken, _ready(source)
+        finally:
+            await res.close()
+            await tools.close()
+
+    a, b, taken, ready = asyncio.run(go())
+    assert a.ok and b.ok and b.text == "1\n" and b.data["fresh_session"] is False
+    report = b.data["sandbox"]
+    assert report["rlimits"]["cpu_s"] == SESSION_CPU_S
+    if start == "cold":
+        assert report["backend"] == resolve_backend(SandboxPolicy(warm=0))
+    else:
+        assert report["backend"] == resolve_backend(POLICY)
+        assert taken == 1, "the session (two cells) should take one warm sandbox"
+        assert ready == 1, "the warm source should have replaced the sandbox the session took"

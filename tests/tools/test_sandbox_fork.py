@@ -230,9 +230,10 @@ def test_auto_with_warm_sandboxes_resolves_to_the_fork_server_and_the_toolbox_us
     assert isinstance(source, ForkServer) and source.served == 1 and source.closed
 
 
-def test_a_session_under_auto_starts_as_auto_would_without_warm_sandboxes():
-    """Sessions (and calls the server did not serve) start cold: with `auto` that is bubblewrap where
-    it works, as before the fork server, not the launcher the fork server's sandbox is made of."""
+def test_a_session_with_no_warm_source_starts_as_auto_would_without_warm_sandboxes():
+    """A session given no warm source (and a call the server did not serve) starts cold: with `auto`
+    that is bubblewrap where it works, not the launcher the fork server's sandbox is made of. (Through
+    a ToolBox with warm sandboxes a session takes a fork: tests/tools/test_python_session.py.)"""
     from graphrl.tools.python_session import PythonSession
 
     policy = SandboxPolicy(warm=2)
