@@ -95,7 +95,7 @@ async def launch(code: str, *, cpu_s: int, policy: SandboxPolicy, isolate: bool 
         if probe.cache_info().currsize == 0:
             await asyncio.to_thread(probe)  # the one-time probes, off the event loop
     backend = resolve_backend(policy) if isolate else "none"
-    if backend == "fork":  # a session, or a call the fork server did not serve: started cold, as auto
+    if backend == "fork":  # a call (or session) the fork server did not serve: started cold, as auto
         backend = resolve_backend(replace(policy, warm=0)) if policy.backend == "auto" else "launcher"
     workdir = make_workdir()
     cgroups = make_cgroups(policy) if isolate else []
