@@ -12,7 +12,9 @@ pool of started sandboxes) when one is ready, as a one-shot call's is, else star
 reads length-prefixed cells on stdin, runs each with `exec` in one namespace, and answers on a private
 copy of the original stdout. A cell that times out, overflows its output or ends the interpreter
 (`os._exit`, a crash) ends the session: the observation says so and the next cell starts a fresh one
-(state lost, said in its `data`). `close()` (at the rollout's end) stops it and removes its files.
+(state lost, said in its `data`). A cell cancelled while it runs (a deadline around the call) ends
+the session too, so that its late reply never reaches the next cell. `close()` (at the rollout's end)
+stops it and removes its files.
 """
 
 from __future__ import annotations
@@ -92,9 +94,17 @@ class PythonSession:
                 return await self._end(f"[timed out after {timeout:g} s: the session was stopped]", "timeout")
             except (ConnectionError, EOFError, ValueError, KeyError, TypeError) as exc:
                 return await self._end(f"[the session's interpreter ended ({exc}): its state is lost]", "session ended")
+            except asyncio.CancelledError:
+                # cancelled mid-cell (the rollout's deadline, the caller): the interpreter may still be
+                # running the cell and answer later, so it is never handed the next cell
+                run, self._run = self._run, None
+                if run is not None:
+                    self.restarts += 1
+                    await asyncio.shield(dispose(run))
+                raise
             finally:
-                if starter and self._warm is not None:
-                    self._warm.refill()  # as for a one-shot call: the replacement starts once the cell is done
+                if fresh and self._warm is not None:
+                    self._warm.refill()  # as for a one-shot call: replacements start once the cell is done
             self.calls += 1
             text = body.decode("utf-8", errors="replace")
             data: dict = {"exit_status": status, "session_calls": self.calls, "fresh_session": fresh}

@@ -39,11 +39,22 @@ def box() -> ToolBox:
     return ToolBox(sandbox=POLICY)
 
 
+async def _warm_up(tools: ToolBox) -> None:
+    """With warm sandboxes, one plain call first and a sandbox ready before the session's first cell (a
+    pool fills only once it has been asked), so the warm variants really start their sessions warm."""
+    if not POLICY.warm:
+        return
+    await tools.call("python", {"code": "pass"}, timeout=5, max_chars=None)
+    source = await tools._pools.get()
+    await _until(lambda: _ready(source) >= 1)
+
+
 def cells(*codes: str, timeout: float = 5.0, resources: RolloutResources | None = None, close: bool = True):
     tools = box()
     res = resources or RolloutResources()
 
     async def go():
+        await _warm_up(tools)
         out = [
             await tools.call("python", {"code": c, "session": True}, timeout=timeout, max_chars=None, resources=res)
             for c in codes
@@ -205,9 +216,8 @@ def test_the_interpreter_starts_as_the_policy_says_and_a_warm_one_is_replaced(st
                 await _until(lambda: _ready(source) == 1)
             served0 = source.served if source is not None else 0
             a = await tools.call("python", {"code": "x = 1", "session": True}, timeout=5, max_chars=None, resources=res)
-            b = await tools.call(
-                "python", {"code": "print(x)", "session": True}, timeout=5, max_chars=None, resources=res
-            )
+            cell = "import resource\nprint(x)\nprint(resource.getrlimit(resource.RLIMIT_CPU))"
+            b = await tools.call("python", {"code": cell, "session": True}, timeout=5, max_chars=None, resources=res)
             if source is None:
                 return a, b, 0, 0
             taken = source.served - served0
@@ -218,7 +228,8 @@ def test_the_interpreter_starts_as_the_policy_says_and_a_warm_one_is_replaced(st
             await tools.close()
 
     a, b, taken, ready = asyncio.run(go())
-    assert a.ok and b.ok and b.text == "1\n" and b.data["fresh_session"] is False
+    assert a.ok and b.ok and b.text.splitlines()[0] == "1" and b.data["fresh_session"] is False
+    assert b.text.splitlines()[1] == f"({SESSION_CPU_S}, {SESSION_CPU_S + 1})"  # the limit in force
     report = b.data["sandbox"]
     assert report["rlimits"]["cpu_s"] == SESSION_CPU_S
     if start == "cold":
@@ -227,3 +238,68 @@ def test_the_interpreter_starts_as_the_policy_says_and_a_warm_one_is_replaced(st
         assert report["backend"] == resolve_backend(POLICY)
         assert taken == 1, "the session (two cells) should take one warm sandbox"
         assert ready == 1, "the warm source should have replaced the sandbox the session took"
+
+
+def test_a_cell_cancelled_mid_run_ends_the_session_and_its_reply_never_reaches_the_next_cell():
+    """The caller (a rollout deadline) cancels a cell that is still running: its interpreter would
+    answer later, so the session ends there; the next cell gets a fresh interpreter and its own reply."""
+    res = RolloutResources()
+    tools = box()
+
+    async def go():
+        try:
+            await _warm_up(tools)
+            first = asyncio.create_task(
+                tools.call(
+                    "python",
+                    {"code": "x = 1\nimport time\ntime.sleep(0.6)\nprint('first')", "session": True},
+                    timeout=10,
+                    max_chars=None,
+                    resources=res,
+                )
+            )
+            await asyncio.sleep(0.3)  # the cell is running
+            first.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await first
+            await asyncio.sleep(0.6)  # where the old interpreter would have answered
+            return await tools.call(
+                "python", {"code": "print('second', 'x' in globals())", "session": True},
+                timeout=5, max_chars=None, resources=res,
+            )  # fmt: skip
+        finally:
+            await res.close()
+            await tools.close()
+
+    second = asyncio.run(go())
+    assert second.ok and second.text == "second False\n", second.text
+    assert second.data["fresh_session"] is True
+
+
+def test_sessions_alone_keep_a_pool_filled_after_it_lost_a_sandbox(start):
+    """A pool refills when a call ends; with only sessions calling (each taking its interpreter once),
+    a waiting sandbox killed from outside must still be replaced, not leave every later session cold."""
+    if start != "bubblewrap-pool":
+        pytest.skip("a pool of started sandboxes only (the fork server forks on demand)")
+    tools = box()
+
+    async def go():
+        try:
+            await _warm_up(tools)
+            pool = await tools._pools.get()
+            waiting = pool._ready[0]
+            os.killpg(waiting.proc.pid, 9)  # a waiting sandbox dies (an OOM kill, an operator)
+            await waiting.proc.wait()
+            for _ in range(2):  # session-only rollouts
+                res = RolloutResources()
+                out = await tools.call(
+                    "python", {"code": "print(1)", "session": True}, timeout=5, max_chars=None, resources=res
+                )
+                assert out.ok, out.text
+                await res.close()
+            await _until(lambda: _ready(pool) >= 1)
+            return _ready(pool)
+        finally:
+            await tools.close()
+
+    assert asyncio.run(go()) >= 1, "the pool should have been refilled by the sessions"
