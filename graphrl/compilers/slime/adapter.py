@@ -31,6 +31,7 @@ Invariants:
 from __future__ import annotations
 
 import copy
+import gc
 import importlib
 import json
 import os
@@ -54,7 +55,7 @@ from ...tools.registry import ToolBox
 from ...tools.sandbox_host import SandboxPolicy
 from . import fill
 from ._tokenizer import load_tokenizer
-from .config import SlimeConfig, SlimeConfigError, from_args, module_name
+from .config import SlimeConfig, SlimeConfigError, from_args, gc_threshold_from_env, module_name
 from .metrics import eval_node_metrics, node_metrics
 from .rewards import post_process
 from .teacher import TeacherLogProbs, check_teacher_vocab, score_rollout, zeros
@@ -117,6 +118,10 @@ class SlimeTarget:
         self.plan_path = Path(plan_path)
         # the rollout process's GRAPHRL_SANDBOX / GRAPHRL_SANDBOX_STRICT, read once here at the edge
         self._sandbox = sandbox or SandboxPolicy.from_env(os.environ)
+        # GRAPHRL_GC_THRESHOLD (opt-in, unset by default): the process's collector thresholds
+        threshold = gc_threshold_from_env(os.environ)
+        if threshold is not None:
+            gc.set_threshold(*threshold)
         self._engine_factory = engine_factory or _sglang_engine
         self._tokenizer_loader = tokenizer_loader
         self._plan: Plan | None = None

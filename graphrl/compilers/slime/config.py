@@ -258,3 +258,25 @@ def from_args(args: Any, plan: Plan) -> SlimeConfig:
         source_dir=get("graphrl_source_dir"),
         teacher=settings_of(plan).teacher,
     )
+
+
+GC_THRESHOLD_ENV = "GRAPHRL_GC_THRESHOLD"
+
+
+def gc_threshold_from_env(env: Mapping[str, str]) -> tuple[int, int, int] | None:
+    """GRAPHRL_GC_THRESHOLD="G0,G1,G2" (opt-in, read once at the edge): the rollout process's garbage
+    collector thresholds (`gc.set_threshold`), or None when unset. A rollout process keeps every finished
+    sample's token lists until its batch ends, and the collector walks them on each pass while freeing
+    nothing (docs/performance.md, "Scale curve"); larger thresholds make those passes rarer.
+    SlimeConfigError for anything but three integers with G0 >= 1 and G1, G2 >= 0."""
+    raw = env.get(GC_THRESHOLD_ENV, "").strip()
+    if not raw:
+        return None
+    parts = [p.strip() for p in raw.split(",")]
+    if len(parts) != 3 or not all(p.isdigit() for p in parts) or int(parts[0]) < 1:
+        raise SlimeConfigError(
+            f"{GC_THRESHOLD_ENV}={raw!r}: give three whole numbers G0,G1,G2 for gc.set_threshold, "
+            "G0 at least 1 (e.g. 50000,20,100); unset it to keep Python's defaults"
+        )
+    g0, g1, g2 = (int(p) for p in parts)
+    return g0, g1, g2
