@@ -123,7 +123,7 @@ class PythonSession:
                 return taken
         return await launch(DRIVER, cpu_s=SESSION_CPU_S, policy=self._policy), b""
 
-    async def _exchange(self, run: Launched, code: str, starter: bytes = b"") -> tuple[int, bytes, bool]:
+    async def _exchange(self, run: Launched, code: str, starter: bytes) -> tuple[int, bytes, bool]:
         assert run.proc.stdin is not None and run.proc.stdout is not None
         raw = code.encode("utf-8")
         run.proc.stdin.write(starter + b"%d\n" % len(raw) + raw)

@@ -73,18 +73,15 @@ class ToolBox:
                 await asyncio.to_thread(fork_works)  # the one-time probe, off the event loop
         policy = self._sandbox.with_strict(self._sandbox.strict or _truthy(args.get("strict")))
         code = str(args.get("code", ""))
+        warm = await self._pools.get() if self._sandbox.warm > 0 else None  # one-shot calls' and sessions'
         if not _truthy(args.get("session")):
-            warm = await self._pools.get() if self._sandbox.warm > 0 else None
             return await run_python(code, timeout=timeout, stdin=args.get("stdin"), policy=policy, warm=warm)
         if resources is None:
             return ToolResult(
                 "[python session: no rollout to hold it (called outside a graph)]", ok=False, error="session"
             )
         key = f"python-session:{'strict' if policy.strict else 'plain'}"
-        session = resources.get(key)
-        if session is None:
-            warm = await self._pools.get() if self._sandbox.warm > 0 else None
-            session = resources.get(key) or resources.put(key, PythonSession(policy, warm))  # one per rollout
+        session = resources.get(key) or resources.put(key, PythonSession(policy, warm))
         return await session.call(code, timeout=timeout)
 
     def _user(self, ref: str) -> Callable[..., Any] | ImportProblem:

@@ -39,6 +39,18 @@ def box() -> ToolBox:
     return ToolBox(sandbox=POLICY)
 
 
+def _ready(source) -> int:
+    pool = getattr(source, "_ahead", source)  # a ForkServer makes its forks ahead in a SandboxPool
+    return len(pool._ready)
+
+
+async def _until(cond, seconds: float = 10.0) -> None:
+    for _ in range(int(seconds / 0.05)):
+        if cond():
+            return
+        await asyncio.sleep(0.05)
+
+
 async def _warm_up(tools: ToolBox) -> None:
     """With warm sandboxes, one plain call first and a sandbox ready before the session's first cell (a
     pool fills only once it has been asked), so the warm variants really start their sessions warm."""
@@ -189,18 +201,6 @@ def test_a_cell_reading_stdin_gets_eof_not_the_next_cell():
     assert b.ok and b.text == "second ran\n"
 
 
-def _ready(source) -> int:
-    pool = getattr(source, "_ahead", source)  # a ForkServer makes its forks ahead in a SandboxPool
-    return len(pool._ready)
-
-
-async def _until(cond, seconds: float = 10.0) -> None:
-    for _ in range(int(seconds / 0.05)):
-        if cond():
-            return
-        await asyncio.sleep(0.05)
-
-
 def test_the_interpreter_starts_as_the_policy_says_and_a_warm_one_is_replaced(start):
     """Warm (fork server or pool), the session takes a started sandbox as a one-shot call does, its
     report saying the session's CPU limit, and the source makes a replacement once the first cell is
@@ -210,10 +210,8 @@ def test_the_interpreter_starts_as_the_policy_says_and_a_warm_one_is_replaced(st
 
     async def go():
         try:
-            await tools.call("python", {"code": "pass"}, timeout=5, max_chars=None)  # the source fills up
+            await _warm_up(tools)
             source = await tools._pools.get() if POLICY.warm else None
-            if source is not None:
-                await _until(lambda: _ready(source) == 1)
             served0 = source.served if source is not None else 0
             a = await tools.call("python", {"code": "x = 1", "session": True}, timeout=5, max_chars=None, resources=res)
             cell = "import resource\nprint(x)\nprint(resource.getrlimit(resource.RLIMIT_CPU))"

@@ -273,7 +273,7 @@ def gc_threshold_from_env(env: Mapping[str, str]) -> tuple[int, int, int] | None
     if not raw:
         return None
     parts = [p.strip() for p in raw.split(",")]
-    if len(parts) != 3 or not all(p.isdigit() for p in parts) or int(parts[0]) < 1:
+    if len(parts) != 3 or not all(p.isdecimal() for p in parts) or int(parts[0]) < 1:
         raise SlimeConfigError(
             f"{GC_THRESHOLD_ENV}={raw!r}: give three whole numbers G0,G1,G2 for gc.set_threshold, "
             "G0 at least 1 (e.g. 50000,20,100); unset it to keep Python's defaults"

@@ -18,7 +18,9 @@ def test_the_setting_is_read_as_three_whole_numbers_or_left_alone(value, want):
     assert gc_threshold_from_env({"GRAPHRL_GC_THRESHOLD": value} if value else {}) == want
 
 
-@pytest.mark.parametrize("value", ["50000,20", "1,2,3,4", "a,b,c", "0,10,10", "-1,10,10", "5e4,20,100", "50000;20;100"])
+@pytest.mark.parametrize(
+    "value", ["50000,20", "1,2,3,4", "a,b,c", "0,10,10", "-1,10,10", "5e4,20,100", "50000;20;100", "5²,20,100"]
+)
 def test_a_bad_setting_is_refused_with_the_fix(value):
     with pytest.raises(SlimeConfigError) as err:
         gc_threshold_from_env({"GRAPHRL_GC_THRESHOLD": value})
