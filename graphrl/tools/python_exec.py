@@ -37,6 +37,7 @@ from ..runtime.services import ToolResult
 from . import sandbox_shell
 from .sandbox_host import (
     MEMORY_BYTES,
+    Recycler,
     SandboxPolicy,
     bubblewrap_args,
     bubblewrap_works,
@@ -85,6 +86,8 @@ class Launched:
     report: dict | None = None
     # a shell launch (`sandbox_shell`): the report as the parent knows it, completed from the pipe
     shell: tuple[dict, dict] | None = None  # (report so far, config)
+    # where the work directory and cgroups go back once the call is done (`sandbox_host.Recycler`)
+    recycle: Recycler | None = None
 
 
 async def launch(code: str, *, cpu_s: int, policy: SandboxPolicy, isolate: bool = True) -> Launched:
@@ -215,8 +218,10 @@ async def dispose(run: Launched, finished: asyncio.Task | None = None) -> None:
         if run.report_r >= 0:
             os.close(run.report_r)
             run.report_r = -1
-        shutil.rmtree(run.workdir, ignore_errors=True)
-        for group in run.cgroups:
+        kept_dir, kept_groups = run.recycle.give_back(run.workdir, run.cgroups) if run.recycle else (False, False)
+        if not kept_dir:
+            shutil.rmtree(run.workdir, ignore_errors=True)
+        for group in () if kept_groups else run.cgroups:
             await _remove_cgroup(group["path"])
 
 

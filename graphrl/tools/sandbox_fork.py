@@ -31,7 +31,7 @@ from typing import Any
 from ..runtime.deadline import within
 from ..runtime.services import ToolResult
 from .python_exec import _ENV, WAITER, Launched, _remove_cgroup, await_report, call_config, dispose, run_python
-from .sandbox_host import SandboxPolicy, make_cgroups, make_workdir, resolve_backend, strict_python
+from .sandbox_host import Recycler, SandboxPolicy, make_workdir, resolve_backend, strict_python
 from .sandbox_pool import POOL_CPU_S, SandboxPool
 
 SERVER_START_S = 30.0  # a server that has not forked one call by then is given up
@@ -158,6 +158,7 @@ class _Server:
         self.home = ""
         self.python = strict_python() if policy.strict else sys.executable
         self._send_lock = asyncio.Lock()
+        self.recycler = Recycler(policy)  # each call's work directory and cgroups, used again once left empty
 
     async def start(self) -> None:
         self.home = make_workdir()  # named after this process: a killed run's is swept like a call's
@@ -206,17 +207,17 @@ class _Server:
         On an error everything of this fork is stopped and removed, and the error raised (the caller
         asks `alive` whether the server itself is gone)."""
         loop = asyncio.get_running_loop()
-        workdir, cgroups, raw = make_workdir(), list[dict[str, str]](), list[int]()
+        workdir, cgroups, raw = "", list[dict[str, str]](), list[int]()
         proc: ForkedProcess | None = None
         run: Launched | None = None
         try:
-            cgroups = make_cgroups(self.policy)
+            workdir, cgroups = self.recycler.take()
             for _ in range(4):
                 raw.extend(os.pipe())
             stdin_r, stdin_w, out_r, out_w, report_r, report_w, status_r, status_w = raw
             theirs = (stdin_r, out_w, report_w, status_w)
             proc = ForkedProcess(status_r, stdin_w, out_r, loop)
-            run = Launched(proc, workdir, cgroups, report_r, self.policy)  # type: ignore[arg-type]
+            run = Launched(proc, workdir, cgroups, report_r, self.policy, recycle=self.recycler)  # type: ignore[arg-type]
             raw = list(theirs)  # the others belong to `proc` and `run` now
             try:
                 cfg = call_config(
@@ -293,6 +294,7 @@ class _Server:
                 self.kill()
                 await self.proc.wait()
         shutil.rmtree(self.home, ignore_errors=True)
+        self.recycler.close()
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.returncode is None:  # not reaped: its pid is still its own
@@ -382,6 +384,7 @@ class ForkServer:
             if server.sock is not None:
                 server.sock.close()
             shutil.rmtree(server.home, ignore_errors=True)
+            server.recycler.close()
 
 
 async def run_once(code: str, *, timeout: float = 30.0, policy: SandboxPolicy, **kw: Any) -> ToolResult:

@@ -67,7 +67,7 @@ class SandboxPolicy:
         if strict not in ("", "0", "1", "true", "false", "yes", "no"):
             raise SandboxConfigError(f"GRAPHRL_SANDBOX_STRICT={strict!r}: use 1 or 0")
         warm = env.get("GRAPHRL_SANDBOX_WARM", str(WARM_SANDBOXES)).strip()
-        if not warm.isdigit() or int(warm) > 256:
+        if not warm.isdecimal() or int(warm) > 256:
             raise SandboxConfigError(f"GRAPHRL_SANDBOX_WARM={warm!r}: use a number of sandboxes from 0 to 256")
         backend = env.get("GRAPHRL_SANDBOX", "auto").strip() or "auto"
         return cls(backend=backend, strict=strict in ("1", "true", "yes"), warm=int(warm))
@@ -253,6 +253,66 @@ def _try_write(path: str, text: str) -> bool:
         return False
 
 
+class Recycler:
+    """Work directories and cgroups of one policy, used again once a call has left them empty.
+
+    Making and removing a call's cgroups (a mkdir, three limit files, a rmdir per hierarchy) and its
+    work directory cost the rollout process about 0.44 ms of CPU per call on the development VM,
+    more than a bare subprocess's whole start. `take()` hands out a kept set, or makes a fresh one;
+    `give_back()` keeps what the call left empty: a cgroup with no process in it (every process of
+    the call has exited, so none can be in the next call's) and a work directory with no entry (the
+    call's files were on its own tmpfs, gone with its mount namespace). Anything else is refused, and
+    the caller removes it as before. The limits stay the policy's: a cgroup is only ever reused under
+    the policy that wrote them. One call at a time per cgroup; at most `keep` kept of each; names
+    keep their maker's pid, so the leftover sweep still finds them after a crash."""
+
+    def __init__(self, policy: SandboxPolicy, keep: int = 256):
+        self.policy = policy
+        self.keep = keep
+        self._dirs: list[str] = []
+        self._groups: list[list[dict[str, str]]] = []
+        self._closed = False
+
+    def take(self) -> tuple[str, list[dict[str, str]]]:
+        workdir = self._dirs.pop() if self._dirs else make_workdir()
+        try:
+            groups = self._groups.pop() if self._groups else make_cgroups(self.policy)
+        except BaseException:
+            rmdir(workdir)
+            raise
+        return workdir, groups
+
+    def give_back(self, workdir: str, groups: list[dict[str, str]]) -> tuple[bool, bool]:
+        """(work directory kept, cgroups kept); what was not kept is the caller's to remove."""
+        if self._closed:
+            return False, False
+        kept_dir = len(self._dirs) < self.keep and _empty_dir(workdir)
+        if kept_dir:
+            self._dirs.append(workdir)
+        kept_groups = bool(groups) and len(self._groups) < self.keep and all(members(g["path"]) == [] for g in groups)
+        if kept_groups:
+            self._groups.append(groups)
+        return kept_dir, kept_groups
+
+    def close(self) -> None:
+        """Remove everything kept (all empty: no waiting, no killing)."""
+        self._closed = True
+        for workdir in self._dirs:
+            rmdir(workdir)
+        for groups in self._groups:
+            for group in groups:
+                rmdir(group["path"])
+        self._dirs, self._groups = [], []
+
+
+def _empty_dir(path: str) -> bool:
+    try:
+        with os.scandir(path) as entries:
+            return next(entries, None) is None
+    except OSError:
+        return False
+
+
 def rmdir(path: str) -> bool:
     try:
         os.rmdir(path)
@@ -292,14 +352,18 @@ def sweep_leftovers() -> list[str]:
     return removed
 
 
-def kill_members(group: str) -> None:
-    """SIGKILL every process in `group` (a call's cgroup: only that call's processes are in it)."""
+def members(group: str) -> list[int] | None:
+    """The processes in `group` (its cgroup.procs); None when it cannot be read."""
     try:
         with open(os.path.join(group, "cgroup.procs")) as f:
-            pids = [int(line) for line in f if line.strip().isdigit()]
+            return [int(line) for line in f if line.strip().isdecimal()]
     except OSError:
-        return
-    for pid in pids:
+        return None
+
+
+def kill_members(group: str) -> None:
+    """SIGKILL every process in `group` (a call's cgroup: only that call's processes are in it)."""
+    for pid in members(group) or ():
         try:
             os.kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -319,7 +383,7 @@ def remove_cgroup(group: str) -> bool:
 
 def _owner_gone(name: str) -> bool:
     pid, sep, _ = name.partition("-")
-    if not sep or not pid.isdigit():
+    if not sep or not pid.isdecimal():
         return False
     try:
         os.kill(int(pid), 0)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from graphrl.tools import sandbox_fork
+from graphrl.tools import sandbox_fork, sandbox_host
 from graphrl.tools.python_exec import run_python
 from graphrl.tools.sandbox_fork import ForkServer
 from graphrl.tools.sandbox_host import SandboxPolicy, fork_works, resolve_backend
@@ -114,7 +114,7 @@ def test_one_failed_fork_sends_its_call_cold_and_leaves_the_server_serving(monke
     """A fork that fails on graphrl's side (here: its cgroups cannot be made) must not retire the
     server: the calls it is serving would die with it (found by review)."""
     policy = SandboxPolicy(backend="fork")
-    real = sandbox_fork.make_cgroups
+    real = sandbox_host.make_cgroups
     failures = []
 
     def failing_once(p):
@@ -132,7 +132,7 @@ def test_one_failed_fork_sends_its_call_cold_and_leaves_the_server_serving(monke
                 run_python("import time; time.sleep(1.0); print('slow done')", timeout=10, policy=policy, warm=server)
             )
             await asyncio.sleep(0.3)  # the slow call is running in its fork
-            monkeypatch.setattr(sandbox_fork, "make_cgroups", failing_once)
+            monkeypatch.setattr(sandbox_host, "make_cgroups", failing_once)
             cold = await run_python("print('cold')", timeout=5, policy=policy, warm=server)
             (second,) = server._servers.values()
             return await slow, cold, first is second, server.missed
@@ -149,15 +149,17 @@ def test_one_failed_fork_sends_its_call_cold_and_leaves_the_server_serving(monke
 def _record(monkeypatch) -> tuple[list[str], list[str]]:
     made: list[str] = []
     groups: list[str] = []
-    real_workdir, real_cgroups = sandbox_fork.make_workdir, sandbox_fork.make_cgroups
+    real_workdir, real_cgroups = sandbox_host.make_workdir, sandbox_host.make_cgroups
 
     def cgroups(policy):
         got = real_cgroups(policy)
         groups.extend(g["path"] for g in got)
         return got
 
-    monkeypatch.setattr(sandbox_fork, "make_workdir", lambda: made.append(real_workdir()) or made[-1])
-    monkeypatch.setattr(sandbox_fork, "make_cgroups", cgroups)
+    workdir = lambda: made.append(real_workdir()) or made[-1]
+    monkeypatch.setattr(sandbox_fork, "make_workdir", workdir)  # the server's home
+    monkeypatch.setattr(sandbox_host, "make_workdir", workdir)  # the calls' (`Recycler`)
+    monkeypatch.setattr(sandbox_host, "make_cgroups", cgroups)
     return made, groups
 
 
@@ -285,3 +287,36 @@ def test_calls_work_when_the_process_has_more_than_1024_files_open():
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert [r.text for r in res] == ["0\n", "3\n", "6\n"] and served == 3
+
+
+def test_a_call_reuses_the_work_directory_and_cgroups_the_last_one_left_empty(monkeypatch):
+    """`sandbox_host.Recycler`: the next call gets the same (empty) work directory and cgroups, with
+    nothing of the last call in them; close removes them."""
+    made, groups = _record(monkeypatch)
+    policy = SandboxPolicy(backend="fork")
+    code = (
+        "import os\n"
+        "print(os.getcwd())\n"
+        "print(sorted(os.listdir('.')), os.path.exists('/dev/shm/mark'))\n"
+        "print(sorted(line.split(':', 2)[2] for line in open('/proc/self/cgroup') if 'graphrl' in line))\n"
+        "open('mark', 'w').write('1'); open('/dev/shm/mark', 'w').write('1')"
+    )
+
+    async def go():
+        server = ForkServer(policy)
+        try:
+            return [await run_python(code, timeout=5, policy=policy, warm=server) for _ in range(3)]
+        finally:
+            await server.close()
+
+    runs = asyncio.run(go())
+    assert all(r.ok for r in runs), [r.text for r in runs]
+    assert len({r.text for r in runs}) == 1, [r.text for r in runs]  # the same directory and cgroups each time
+    cwd, contents, cgroups = runs[0].text.splitlines()
+    assert contents == "['main.py'] False"  # nothing the last call wrote
+    assert made.count(cwd) == 1  # made once for the three calls
+    if groups:  # root with writable cgroups: one set (a group per hierarchy), made once, in every call
+        names = {g.rsplit("/", 1)[1] for g in groups}
+        assert len(names) == 1 and names.pop() in cgroups, (groups, cgroups)
+    assert not [w for w in made if os.path.exists(w)]
+    assert not [g for g in groups if os.path.exists(g)]

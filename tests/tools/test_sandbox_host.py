@@ -10,6 +10,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -207,3 +208,45 @@ def test_the_sweep_kills_what_outlived_a_dead_run_in_its_cgroup():
     finally:
         if orphan.poll() is None:
             orphan.kill()
+
+
+def test_the_recycler_keeps_only_an_empty_work_directory_and_cgroups_with_no_process():
+    """What `Recycler.give_back` refuses stays the caller's to remove: a directory holding anything,
+    cgroups with a process still in them, anything past `keep`, anything after close."""
+    recycler = sandbox_host.Recycler(SandboxPolicy(), keep=1)
+    workdir, groups = recycler.take()
+    Path(workdir, "left").write_text("x")  # a call without a private tmpfs wrote here
+    lodger = None
+    if groups:
+        lodger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        Path(groups[0]["path"], "cgroup.procs").write_text(str(lodger.pid))
+    try:
+        assert recycler.give_back(workdir, groups) == (False, False)
+        os.remove(Path(workdir, "left"))
+        if lodger is not None:
+            lodger.kill()
+            lodger.wait()
+            for _ in range(100):  # a killed process leaves the cgroup once reaped
+                if sandbox_host.members(groups[0]["path"]) == []:
+                    break
+                time.sleep(0.01)
+        assert recycler.give_back(workdir, groups) == (True, bool(groups))
+        assert recycler.take() == (workdir, groups)  # kept: the same ones again, limits as written
+        for group in groups:
+            limit = "pids.max" if group["kind"] in ("pids", "unified") else "memory.limit_in_bytes"
+            assert Path(group["path"], limit).read_text().strip() == str(
+                SandboxPolicy().max_procs if limit == "pids.max" else SandboxPolicy().memory_bytes
+            )
+        other, other_groups = recycler.take()  # nothing kept: fresh ones
+        assert other != workdir
+        recycler.give_back(workdir, groups)
+        assert recycler.give_back(other, other_groups) == (False, False)  # past keep=1
+        for group in other_groups:
+            sandbox_host.rmdir(group["path"])
+        os.rmdir(other)
+        recycler.close()
+        assert not os.path.exists(workdir) and not any(os.path.exists(g["path"]) for g in groups)
+        assert recycler.give_back(workdir, []) == (False, False)  # closed: keeps nothing
+    finally:
+        if lodger is not None and lodger.poll() is None:
+            lodger.kill()

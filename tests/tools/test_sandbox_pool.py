@@ -158,6 +158,9 @@ def test_the_warm_setting_comes_from_the_environment():
     assert SandboxPolicy.from_env({}).warm == 2 and SandboxPolicy().warm == 0
     with pytest.raises(ValueError, match="GRAPHRL_SANDBOX_WARM='lots'"):
         SandboxPolicy.from_env({"GRAPHRL_SANDBOX_WARM": "lots"})
+    for bad in ("2\u00b2", "\u00b2", "-1", "257"):  # a superscript passes str.isdigit, then int() fails
+        with pytest.raises(ValueError, match="GRAPHRL_SANDBOX_WARM="):
+            SandboxPolicy.from_env({"GRAPHRL_SANDBOX_WARM": bad})
 
 
 def test_a_toolbox_pool_belongs_to_its_loop_and_ends_with_it():
