@@ -11,6 +11,7 @@ made it (`<pid>-<random>`), so a later run removes only what a dead process left
 
 from __future__ import annotations
 
+import collections
 import os
 import shutil
 import signal
@@ -259,28 +260,37 @@ class Recycler:
     Making and removing a call's cgroups (a mkdir, three limit files, a rmdir per hierarchy) and its
     work directory cost the rollout process about 0.44 ms of CPU per call on the development VM,
     more than a bare subprocess's whole start. `take()` hands out a kept set, or makes a fresh one;
-    `give_back()` keeps what the call left empty: a cgroup with no process in it (every process of
-    the call has exited, so none can be in the next call's) and a work directory with no entry (the
-    call's files were on its own tmpfs, gone with its mount namespace). Anything else is refused, and
-    the caller removes it as before. The limits stay the policy's: a cgroup is only ever reused under
-    the policy that wrote them. One call at a time per cgroup; at most `keep` kept of each; names
-    keep their maker's pid, so the leftover sweep still finds them after a crash."""
+    `give_back()` keeps a work directory with no entry (the call's files were on its own tmpfs, gone
+    with its mount namespace) and the call's cgroups. A cgroup is handed out again only with no
+    process in it: one the call's processes are still leaving (a fork's L0 closes its status pipe a
+    moment before it leaves its cgroups) has them killed and waits, and is taken once empty. A
+    directory with anything in it is refused, and the caller removes it as before. The limits stay
+    the policy's: a cgroup is only ever reused under the policy that wrote them. One call at a time
+    per cgroup; at most `keep` kept of each; names keep their maker's pid, so the leftover sweep
+    still finds them after a crash."""
 
     def __init__(self, policy: SandboxPolicy, keep: int = 256):
         self.policy = policy
         self.keep = keep
         self._dirs: list[str] = []
-        self._groups: list[list[dict[str, str]]] = []
+        self._groups: list[list[dict[str, str]]] = []  # empty when given back
+        self._leaving: collections.deque[list[dict[str, str]]] = collections.deque()  # not yet empty
         self._closed = False
 
     def take(self) -> tuple[str, list[dict[str, str]]]:
         workdir = self._dirs.pop() if self._dirs else make_workdir()
         try:
-            groups = self._groups.pop() if self._groups else make_cgroups(self.policy)
+            groups = self._groups.pop() if self._groups else self._emptied() or make_cgroups(self.policy)
         except BaseException:
             rmdir(workdir)
             raise
         return workdir, groups
+
+    def _emptied(self) -> list[dict[str, str]] | None:
+        """The oldest set of the leaving ones, once nothing is left in it."""
+        if self._leaving and all(members(g["path"]) == [] for g in self._leaving[0]):
+            return self._leaving.popleft()
+        return None
 
     def give_back(self, workdir: str, groups: list[dict[str, str]]) -> tuple[bool, bool]:
         """(work directory kept, cgroups kept); what was not kept is the caller's to remove."""
@@ -289,20 +299,28 @@ class Recycler:
         kept_dir = len(self._dirs) < self.keep and _empty_dir(workdir)
         if kept_dir:
             self._dirs.append(workdir)
-        kept_groups = bool(groups) and len(self._groups) < self.keep and all(members(g["path"]) == [] for g in groups)
+        kept_groups = bool(groups) and len(self._groups) + len(self._leaving) < self.keep
         if kept_groups:
-            self._groups.append(groups)
+            if all(members(g["path"]) == [] for g in groups):
+                self._groups.append(groups)
+            else:  # the call is over: whatever is still in its cgroups goes
+                for group in groups:
+                    kill_members(group["path"])
+                self._leaving.append(groups)
         return kept_dir, kept_groups
 
     def close(self) -> None:
-        """Remove everything kept (all empty: no waiting, no killing)."""
+        """Remove everything kept (the leaving ones once empty, as `remove_cgroup` waits)."""
         self._closed = True
         for workdir in self._dirs:
             rmdir(workdir)
         for groups in self._groups:
             for group in groups:
                 rmdir(group["path"])
-        self._dirs, self._groups = [], []
+        for groups in self._leaving:
+            for group in groups:
+                remove_cgroup(group["path"])
+        self._dirs, self._groups, self._leaving = [], [], collections.deque()
 
 
 def _empty_dir(path: str) -> bool:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -210,9 +212,10 @@ def test_the_sweep_kills_what_outlived_a_dead_run_in_its_cgroup():
             orphan.kill()
 
 
-def test_the_recycler_keeps_only_an_empty_work_directory_and_cgroups_with_no_process():
-    """What `Recycler.give_back` refuses stays the caller's to remove: a directory holding anything,
-    cgroups with a process still in them, anything past `keep`, anything after close."""
+def test_the_recycler_keeps_empty_work_directories_and_hands_out_cgroups_only_once_empty():
+    """`Recycler`: a directory holding anything is refused (the caller removes it); cgroups a process
+    is still in have it killed and are handed out again only once it has left; nothing past `keep`,
+    nothing after close, and the limits as the policy wrote them."""
     recycler = sandbox_host.Recycler(SandboxPolicy(), keep=1)
     workdir, groups = recycler.take()
     Path(workdir, "left").write_text("x")  # a call without a private tmpfs wrote here
@@ -221,32 +224,35 @@ def test_the_recycler_keeps_only_an_empty_work_directory_and_cgroups_with_no_pro
         lodger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
         Path(groups[0]["path"], "cgroup.procs").write_text(str(lodger.pid))
     try:
-        assert recycler.give_back(workdir, groups) == (False, False)
-        os.remove(Path(workdir, "left"))
+        assert recycler.give_back(workdir, groups) == (False, bool(groups))
+        shutil.rmtree(workdir)
         if lodger is not None:
-            lodger.kill()
-            lodger.wait()
-            for _ in range(100):  # a killed process leaves the cgroup once reaped
+            assert lodger.wait(5) == -signal.SIGKILL  # the call is over: what is left in its cgroups goes
+            for _ in range(100):  # and leaves the cgroup once reaped
                 if sandbox_host.members(groups[0]["path"]) == []:
                     break
                 time.sleep(0.01)
-        assert recycler.give_back(workdir, groups) == (True, bool(groups))
-        assert recycler.take() == (workdir, groups)  # kept: the same ones again, limits as written
+        second, again = recycler.take()
+        assert second != workdir and again == groups  # a fresh directory; the same cgroups, now empty
         for group in groups:
+            assert sandbox_host.members(group["path"]) == []
             limit = "pids.max" if group["kind"] in ("pids", "unified") else "memory.limit_in_bytes"
+            policy = SandboxPolicy()
             assert Path(group["path"], limit).read_text().strip() == str(
-                SandboxPolicy().max_procs if limit == "pids.max" else SandboxPolicy().memory_bytes
+                policy.max_procs if limit == "pids.max" else policy.memory_bytes
             )
+        assert recycler.give_back(second, again) == (True, bool(groups))
+        assert recycler.take() == (second, again)  # kept: the same ones again
         other, other_groups = recycler.take()  # nothing kept: fresh ones
-        assert other != workdir
-        recycler.give_back(workdir, groups)
+        assert other != second and (not groups or other_groups != groups)
+        recycler.give_back(second, again)
         assert recycler.give_back(other, other_groups) == (False, False)  # past keep=1
         for group in other_groups:
             sandbox_host.rmdir(group["path"])
         os.rmdir(other)
         recycler.close()
-        assert not os.path.exists(workdir) and not any(os.path.exists(g["path"]) for g in groups)
-        assert recycler.give_back(workdir, []) == (False, False)  # closed: keeps nothing
+        assert not os.path.exists(second) and not any(os.path.exists(g["path"]) for g in groups)
+        assert recycler.give_back(second, []) == (False, False)  # closed: keeps nothing
     finally:
         if lodger is not None and lodger.poll() is None:
             lodger.kill()
