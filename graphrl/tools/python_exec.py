@@ -382,6 +382,14 @@ async def run_python(
     proc = run.proc
     finished = None
     try:
+        exchange = getattr(proc, "exchange", None)  # a fork server's call: its I/O on the raw pipes
+        if exchange is not None:
+            out, why = await exchange(feed, OUTPUT_CAP, timeout)
+            if why is not None:
+                await _stop(proc, None, run.cgroups)
+                note = f"[timed out after {timeout:g} s]" if why == "timeout" else _CAP_NOTE
+                return _result(out, note, why, None, run)
+            return _ended(out, proc.returncode, run)
         feeder = asyncio.create_task(_feed(proc, feed))
         buf, overflowed = bytearray(), asyncio.Event()
         assert proc.stdout is not None and proc.stdin is not None  # both are pipes
@@ -398,20 +406,24 @@ async def run_python(
             if not overflowed.is_set():
                 return _result(bytes(buf), f"[timed out after {timeout:g} s]", "timeout", None, run)
         if overflowed.is_set():
-            return _result(
-                bytes(buf), f"[output passed {OUTPUT_CAP} bytes: program stopped]", "output limit", None, run
-            )
-        out = bytes(buf)
-        rc = proc.returncode
-        if rc != 0:
-            return _result(
-                out, f"[exit status {rc}{_signal_note(rc or 0)}]" if not out else "", f"exit status {rc}", rc, run
-            )
-        return _result(out, "", None, rc, run)
+            return _result(bytes(buf), _CAP_NOTE, "output limit", None, run)
+        return _ended(bytes(buf), proc.returncode, run)
     finally:
         await dispose(run, finished)  # also when cancelled, or a bug above
         if warm is not None and isolate:
             warm.refill()  # replacements start once this call is done, not while it runs
+
+
+_CAP_NOTE = f"[output passed {OUTPUT_CAP} bytes: program stopped]"
+
+
+def _ended(out: bytes, rc: int | None, run: Launched) -> ToolResult:
+    """The result of a program that exited by itself with status `rc`."""
+    if rc != 0:
+        return _result(
+            out, f"[exit status {rc}{_signal_note(rc or 0)}]" if not out else "", f"exit status {rc}", rc, run
+        )
+    return _result(out, "", None, rc, run)
 
 
 def _result(out: bytes, note: str, error: str | None, rc: int | None, run: Launched) -> ToolResult:

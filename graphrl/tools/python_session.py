@@ -120,6 +120,13 @@ class PythonSession:
         if self._warm is not None:
             taken = await take_warm(self._warm, self._policy, _DRIVER_RAW, SESSION_CPU_S)
             if taken is not None:
+                connect = getattr(taken[0].proc, "connect", None)  # a fork: streams for the cells
+                if connect is not None:
+                    try:
+                        await connect()
+                    except BaseException:
+                        await dispose(taken[0])
+                        raise
                 return taken
         return await launch(DRIVER, cpu_s=SESSION_CPU_S, policy=self._policy), b""
 

@@ -24,6 +24,7 @@ import shutil
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -53,10 +54,12 @@ def zygote_source(ctl_fd: int, parent_pid: int) -> str:
 
 
 class ForkedProcess:
-    """One call's L0 as `run_python` drives it: `pid` (its session and process group), `stdin`,
-    `stdout`, `returncode` and `wait()`, like asyncio's Process. It is the server's child, not
-    ours, so its exit code comes on the status pipe (b"X<code>\\n"); a pipe that closes without
-    one means it was killed (returncode -SIGKILL)."""
+    """One call's L0 as `run_python` drives it: `pid` (its session and process group), `returncode`
+    and `wait()`, like asyncio's Process, and `exchange()`, a one-shot call's whole I/O on the raw
+    pipes (no transports, tasks or streams: a forked call's client side costs what its system calls
+    do); `connect()` gives it `stdin` and `stdout` streams instead (a session's). It is the server's
+    child, not ours, so its exit code comes on the status pipe (b"X<code>\\n"); a pipe that closes
+    without one means it was killed (returncode -SIGKILL)."""
 
     def __init__(self, status_fd: int, stdin_w: int, stdout_r: int, loop: asyncio.AbstractEventLoop):
         self.pid = 0
@@ -64,10 +67,11 @@ class ForkedProcess:
         self.stdin: asyncio.StreamWriter | None = None
         self.stdout: asyncio.StreamReader | None = None
         self._out: asyncio.ReadTransport | None = None
-        # our ends of the pipes, as files until a transport owns them (closing a file twice is harmless)
-        self._files = [os.fdopen(stdin_w, "wb", 0), os.fdopen(stdout_r, "rb", 0)]
+        self._pipes = [stdin_w, stdout_r]  # our raw ends until `connect` or `exchange` closes them
+        self._watched: list[tuple[int, bool]] = []  # (fd, is_writer) registered with the loop by `exchange`
         self._fd = status_fd
         self._pidfd = -1
+        self._awaiting_exit = False  # the status pipe closed; the pidfd says when L0 is gone
         self._buf = b""
         self._loop = loop
         self._started: asyncio.Future[None] = loop.create_future()
@@ -78,13 +82,109 @@ class ForkedProcess:
 
     async def connect(self) -> None:
         """Stream the pipes through the loop (the transports then own them)."""
-        loop, (stdin, stdout) = self._loop, self._files
+        loop = self._loop
+        stdin, stdout = (os.fdopen(fd, mode, 0) for fd, mode in zip(self._pipes, ("wb", "rb")))
+        self._pipes = []
         self.stdout = reader = asyncio.StreamReader(limit=1 << 16, loop=loop)
-        self._out, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader, loop=loop), stdout)
-        self._files.remove(stdout)
-        transport, protocol = await loop.connect_write_pipe(lambda: asyncio.streams.FlowControlMixin(loop=loop), stdin)
-        self._files.remove(stdin)
+        try:
+            self._out, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader, loop=loop), stdout)
+        except BaseException:
+            stdin.close()
+            stdout.close()
+            raise
+        try:
+            transport, protocol = await loop.connect_write_pipe(
+                lambda: asyncio.streams.FlowControlMixin(loop=loop), stdin
+            )
+        except BaseException:
+            stdin.close()
+            raise
         self.stdin = asyncio.StreamWriter(transport, protocol, None, loop)
+
+    async def exchange(self, data: bytes, cap: int, timeout: float) -> tuple[bytes, str | None]:
+        """Write `data` to the program's stdin, then close it; read its output to end of file, keeping the
+        first `cap` bytes; wait for its exit. Returns (output, None) once it exited, (output, "output
+        limit") as soon as it wrote more than `cap`, (output, "timeout") after `timeout` s; in the last two
+        it may still run (the caller stops it)."""
+        loop = self._loop
+        stdin, stdout = self._pipes
+        out = bytearray()
+        total = 0
+        ended: asyncio.Future[str | None] = loop.create_future()
+        left = memoryview(data)
+
+        def end(why: str | None) -> None:
+            if not ended.done():
+                ended.set_result(why)
+
+        def close_stdin() -> None:
+            nonlocal stdin
+            if stdin >= 0:
+                self._unwatch(stdin)
+                self._close_pipe(stdin)
+                stdin = -1
+
+        def write() -> None:
+            nonlocal left
+            try:
+                while left:
+                    left = left[os.write(stdin, left) :]
+            except BlockingIOError:
+                return
+            except OSError:  # the program closed its stdin, or exited: what is left is not read
+                pass
+            close_stdin()
+
+        def read() -> None:
+            nonlocal total
+            try:
+                chunk = os.read(stdout, 1 << 16)
+            except BlockingIOError:
+                return
+            except OSError:
+                chunk = b""
+            if not chunk:  # every copy of the write end closed: the program and all it started are done
+                self._unwatch(stdout)
+                if self._done.done():
+                    end(None)
+                else:
+                    self._done.add_done_callback(lambda _: end(None))
+                return
+            total += len(chunk)
+            if len(out) < cap:
+                out.extend(chunk[: cap - len(out)])
+            if total > cap:
+                end("output limit")
+
+        os.set_blocking(stdin, False)
+        os.set_blocking(stdout, False)
+        write()
+        if stdin >= 0:
+            self._watch(stdin, True, write)
+        self._watch(stdout, False, read)
+        timer = loop.call_later(timeout, end, "timeout")
+        try:
+            why = await ended
+        finally:  # our ends closed: a program still writing is being stopped by the caller
+            timer.cancel()
+            close_stdin()
+            self._unwatch(stdout)
+            self._close_pipe(stdout)
+        return bytes(out), why
+
+    def _watch(self, fd: int, writer: bool, callback: Callable[[], None]) -> None:
+        (self._loop.add_writer if writer else self._loop.add_reader)(fd, callback)
+        self._watched.append((fd, writer))
+
+    def _unwatch(self, fd: int) -> None:
+        for entry in [w for w in self._watched if w[0] == fd]:
+            (self._loop.remove_writer if entry[1] else self._loop.remove_reader)(fd)
+            self._watched.remove(entry)
+
+    def _close_pipe(self, fd: int) -> None:
+        if fd in self._pipes:
+            self._pipes.remove(fd)
+            os.close(fd)
 
     async def started(self) -> bool:
         """Wait for the pid line; False when the status pipe closed first (nothing was started)."""
@@ -107,6 +207,13 @@ class ForkedProcess:
                     self._pidfd = os.pidfd_open(self.pid)
             self._started.set_result(None)
         if not chunk:
+            if self._pidfd >= 0 and not self._awaiting_exit:  # L0 closed the pipe as it exits: wait until it
+                self._awaiting_exit = True  # is gone, so its cgroups are empty when the call is disposed of
+                self._loop.remove_reader(self._fd)
+                os.close(self._fd)
+                self._fd = -1
+                self._loop.add_reader(self._pidfd, self._finish)
+                return
             self._finish()
 
     def kill_sandbox(self) -> None:
@@ -123,6 +230,8 @@ class ForkedProcess:
             os.close(self._fd)
             self._fd = -1
         if self._pidfd >= 0:
+            if self._awaiting_exit:
+                self._loop.remove_reader(self._pidfd)
             os.close(self._pidfd)
             self._pidfd = -1
         if self.returncode is None:
@@ -143,8 +252,10 @@ class ForkedProcess:
             self._out.close()
         if self.stdin is not None:
             self.stdin.close()
-        for file in self._files:
-            file.close()
+        for fd, _ in list(self._watched):
+            self._unwatch(fd)
+        for fd in list(self._pipes):
+            self._close_pipe(fd)
         self._finish()
 
 
@@ -228,7 +339,6 @@ class _Server:
                 for fd in raw:
                     os.close(fd)
                 raw = []
-            await proc.connect()
             if not await within(proc.started(), SERVER_START_S):  # the server made no fork
                 await self._discard(run, proc, workdir, cgroups)
                 return None

@@ -262,8 +262,8 @@ class Recycler:
     more than a bare subprocess's whole start. `take()` hands out a kept set, or makes a fresh one;
     `give_back()` keeps a work directory with no entry (the call's files were on its own tmpfs, gone
     with its mount namespace) and the call's cgroups. A cgroup is handed out again only with no
-    process in it: one the call's processes are still leaving (a fork's L0 closes its status pipe a
-    moment before it leaves its cgroups) has them killed and waits, and is taken once empty. A
+    process in it: one the call's processes are still leaving (a killed call's take a moment) has
+    what is left killed and waits, and is taken once empty. A
     directory with anything in it is refused, and the caller removes it as before. The limits stay
     the policy's: a cgroup is only ever reused under the policy that wrote them. One call at a time
     per cgroup; at most `keep` kept of each; names keep their maker's pid, so the leftover sweep

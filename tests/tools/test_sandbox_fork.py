@@ -111,17 +111,19 @@ def test_a_server_killed_from_outside_is_replaced():
 
 
 def test_one_failed_fork_sends_its_call_cold_and_leaves_the_server_serving(monkeypatch):
-    """A fork that fails on graphrl's side (here: its cgroups cannot be made) must not retire the
-    server: the calls it is serving would die with it (found by review)."""
+    """A fork that fails on graphrl's side (here: its work directory and cgroups cannot be had) must
+    not retire the server: the calls it is serving would die with it (found by review)."""
     policy = SandboxPolicy(backend="fork")
-    real = sandbox_host.make_cgroups
     failures = []
 
-    def failing_once(p):
-        if not failures:
-            failures.append(1)
-            raise OSError("no cgroup for you")
-        return real(p)
+    def failing_once(real):
+        def take():
+            if not failures:
+                failures.append(1)
+                raise OSError("no cgroup for you")
+            return real()
+
+        return take
 
     async def go():
         server = ForkServer(policy)
@@ -132,7 +134,7 @@ def test_one_failed_fork_sends_its_call_cold_and_leaves_the_server_serving(monke
                 run_python("import time; time.sleep(1.0); print('slow done')", timeout=10, policy=policy, warm=server)
             )
             await asyncio.sleep(0.3)  # the slow call is running in its fork
-            monkeypatch.setattr(sandbox_host, "make_cgroups", failing_once)
+            monkeypatch.setattr(first.recycler, "take", failing_once(first.recycler.take))
             cold = await run_python("print('cold')", timeout=5, policy=policy, warm=server)
             (second,) = server._servers.values()
             return await slow, cold, first is second, server.missed

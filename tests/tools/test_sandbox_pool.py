@@ -73,6 +73,11 @@ PROGRAMS = [
     ("import sys\ndel sys.excepthook\n1/0", None, 5),
     ("class E(Exception):\n    __traceback__ = property(lambda s: None)\nraise E", None, 5),
     ("# coding: foo\nprint(1)", None, 5),
+    # a fork's I/O on raw pipes (`ForkedProcess.exchange`): stdin past a pipe's buffer, read whole or
+    # not at all; output closed well before the exit (its status still comes)
+    ("import sys\ndata = sys.stdin.read()\nprint(len(data), data[-3:])", "x" * 300_000 + "end", 5),
+    ("print('stdin ignored')", "y" * 300_000, 5),
+    ("import os, time\nprint('closing', flush=True)\nos.close(1)\nos.close(2)\ntime.sleep(0.5)\nos._exit(4)", None, 5),
 ]
 
 
