@@ -8,12 +8,13 @@ throughput of C concurrent calls, and the ratio of the median to the bare subpro
 the same run. Rows: bare (`python -I -c`, no isolation at all), none (`run_python(isolate=False)`:
 rlimits and process-group handling only), launcher, launcher strict, bubblewrap, bubblewrap strict
 (where `bwrap` works), and each backend again with warm sandboxes (`SandboxPool`, 2 per loop, the
-default). Two CPU meters per sequential call: the machine's busy time (/proc/stat: every process and
+default). Three CPU meters per sequential call: the machine's busy time (/proc/stat: every process and
 the kernel's own work, e.g. tearing down a call's network namespace, in ticks of 10 ms, less the idle
-rate measured first) and, where it can be had (root, a cgroup v1 `cpuacct` hierarchy), this
+rate measured first); where it can be had (root, a cgroup v1 `cpuacct` hierarchy), this
 process tree's own CPU (`TreeCpu`: the benchmark, the shells, bwrap and the sandboxes, to the
-nanosecond, blind to the rest of the machine); "n/a" elsewhere. Timing goals live here, never in the
-test suite.
+nanosecond, blind to the rest of the machine; "n/a" elsewhere); and the calling process's own
+(`time.process_time`: what a call costs the rollout process itself, whose event loop is the one
+that runs out of CPU at high concurrency). Timing goals live here, never in the test suite.
 """
 
 from __future__ import annotations
@@ -142,7 +143,7 @@ async def _idle_rate(span: float = 2.0) -> float:
 
 async def _measure(rows, calls: int, gap: float, concurrency: int, idle: float, tree: TreeCpu | None) -> list[tuple]:
     """Per row: (median wall, p90 wall, calls/s at `concurrency`, machine CPU per call, tree CPU per
-    call). The sequential calls are interleaved -- round k calls every row once, `gap` seconds apart
+    call, the calling process's CPU per call). The sequential calls are interleaved -- round k calls every row once, `gap` seconds apart
     -- so a drift in the machine's speed (this VM's CPU time for the same work moves by 10-20% from
     minute to minute) falls on every row alike. A call's CPU is what the meters count from its start
     to the next call's: the gap before the next call holds its aftermath (a warm pool's refill, the
@@ -151,13 +152,14 @@ async def _measure(rows, calls: int, gap: float, concurrency: int, idle: float, 
         await call()  # warm-up (and bubblewrap's one-time probe; a pool's first sandboxes)
     await asyncio.sleep(0.5)
     walls: list[list[float]] = [[] for _ in rows]
-    cpu, own = [0.0] * len(rows), [0.0] * len(rows)
-    meters = lambda: (_busy_s(), tree.seconds() if tree else math.nan, time.perf_counter())
+    cpu, own, client = [0.0] * len(rows), [0.0] * len(rows), [0.0] * len(rows)
+    meters = lambda: (_busy_s(), tree.seconds() if tree else math.nan, time.perf_counter(), time.process_time())
     last, then = 0, meters()  # the previous call's row and the meters at its start
 
-    def count(now: tuple[float, float, float]) -> None:  # the previous call's window, up to `now`
+    def count(now: tuple[float, float, float, float]) -> None:  # the previous call's window, up to `now`
         cpu[last] += now[0] - then[0] - idle * (now[2] - then[2])
         own[last] += now[1] - then[1]
+        client[last] += now[3] - then[3]
 
     for k in range(calls):
         for i, (_, call) in enumerate(rows):
@@ -179,7 +181,8 @@ async def _measure(rows, calls: int, gap: float, concurrency: int, idle: float, 
         if close is not None:
             await close()
         w = sorted(walls[i])
-        out.append((statistics.median(w), w[math.ceil(0.9 * len(w)) - 1], rate, cpu[i] / calls, own[i] / calls))
+        share = [x[i] / calls for x in (cpu, own, client)]
+        out.append((statistics.median(w), w[math.ceil(0.9 * len(w)) - 1], rate, *share))
     return out
 
 
@@ -217,12 +220,14 @@ def main(argv: list[str] | None = None) -> int:
         f" {a.gap:g} s apart, then {a.concurrency} at once"
     )
     head = f"{'backend':<22} {'median ms':>10} {'p90 ms':>8} {'calls/s @' + str(a.concurrency):>13} {'x bare':>7}"
-    print(f"{head} {'CPU ms/call':>12} {'x bare':>7} {'tree CPU ms':>12} {'x bare':>7}")
-    base_cpu, base_own = results[0][1][3], results[0][1][4]
-    for name, (med, p90, rate, cpu, own) in results:
+    print(f"{head} {'CPU ms/call':>12} {'x bare':>7} {'tree CPU ms':>12} {'x bare':>7} {'client ms':>10} {'x bare':>7}")
+    base_cpu, base_own, base_client = results[0][1][3], results[0][1][4], results[0][1][5]
+    for name, (med, p90, rate, cpu, own, client) in results:
         line = f"{name:<22} {med * 1e3:>10.1f} {p90 * 1e3:>8.1f} {rate:>13.1f} {med / base:>7.2f}"
         mine = f"{own * 1e3:>12.2f} {own / base_own:>7.3f}" if tree else f"{'n/a':>12} {'n/a':>7}"
-        print(f"{line} {cpu * 1e3:>12.1f} {cpu / base_cpu:>7.2f} {mine}")
+        print(
+            f"{line} {cpu * 1e3:>12.1f} {cpu / base_cpu:>7.2f} {mine} {client * 1e3:>10.2f} {client / base_client:>7.3f}"
+        )
     print(f"machine idle before the runs: {idle * 1e3:.0f} ms of CPU per second (subtracted from CPU ms/call)")
     if tree is None:
         print("tree CPU: n/a (needs root and a cgroup v1 cpuacct hierarchy)")

@@ -13,7 +13,8 @@ Invariants: the server itself never runs user code and never changes after start
 a fork of the same state: nothing a call does reaches the server or another call); it is
 single-threaded (fork and unshare need that); it dies with graphrl (parent-death signal, checked
 against the pid graphrl gave) and exits when graphrl closes the socket; its children are reaped
-by the kernel (SIGCHLD ignored here, restored in each L0). Before the code's module runs, L2 puts
+by the kernel (SIGCHLD ignored here, restored in each L0), and so are the L1s of killed L0s (the
+server is their subreaper). Before the code's module runs, L2 puts
 back what a fresh `python -I main.py` in the call's work directory would have: `__file__` and
 `__loader__`, the environment's HOME and TMPDIR, `sys.path`, and `sys.modules` without what the
 server imported. Standard library only; it never imports graphrl.
@@ -27,6 +28,7 @@ import sys
 import _sandbox_launcher as launcher
 
 CALL_FDS = 4  # stdin, stdout, report, status
+PR_SET_CHILD_SUBREAPER = 36
 
 
 def serve(ctl_fd, parent_pid, before, main):
@@ -40,6 +42,9 @@ def serve(ctl_fd, parent_pid, before, main):
 
     ctl = socket.socket(fileno=ctl_fd)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps each call's L0
+    # and, as their subreaper, each L1 a killed L0 left behind, at once: reparented to the machine's
+    # init, it stayed a zombie until init reaped it, counted in its call's pids cgroup meanwhile
+    launcher._libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     me = os.getpid()
     while True:
         try:

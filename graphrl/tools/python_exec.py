@@ -218,6 +218,9 @@ async def dispose(run: Launched, finished: asyncio.Task | None = None) -> None:
         if run.report_r >= 0:
             os.close(run.report_r)
             run.report_r = -1
+        close = getattr(run.proc, "close", None)  # a fork's own pipe ends, also of one never used
+        if close is not None:
+            close()
         kept_dir, kept_groups = run.recycle.give_back(run.workdir, run.cgroups) if run.recycle else (False, False)
         if not kept_dir:
             shutil.rmtree(run.workdir, ignore_errors=True)

@@ -404,7 +404,7 @@ class _Server:
                 self.kill()
                 await self.proc.wait()
         shutil.rmtree(self.home, ignore_errors=True)
-        self.recycler.close()
+        await asyncio.to_thread(self.recycler.close)  # a cgroup still being left waits for it, off the loop
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.returncode is None:  # not reaped: its pid is still its own

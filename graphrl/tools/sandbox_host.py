@@ -262,8 +262,8 @@ class Recycler:
     more than a bare subprocess's whole start. `take()` hands out a kept set, or makes a fresh one;
     `give_back()` keeps a work directory with no entry (the call's files were on its own tmpfs, gone
     with its mount namespace) and the call's cgroups. A cgroup is handed out again only with no
-    process in it: one the call's processes are still leaving (a killed call's take a moment) has
-    what is left killed and waits, and is taken once empty. A
+    process in it and none counted in pids.current: one the call's processes are still leaving (a
+    killed call's take a moment) has what is left killed and waits, and is taken once empty. A
     directory with anything in it is refused, and the caller removes it as before. The limits stay
     the policy's: a cgroup is only ever reused under the policy that wrote them. One call at a time
     per cgroup; at most `keep` kept of each; names keep their maker's pid, so the leftover sweep
@@ -287,9 +287,12 @@ class Recycler:
         return workdir, groups
 
     def _emptied(self) -> list[dict[str, str]] | None:
-        """The oldest set of the leaving ones, once nothing is left in it."""
-        if self._leaving and all(members(g["path"]) == [] for g in self._leaving[0]):
-            return self._leaving.popleft()
+        """The oldest set of the leaving ones, once nothing is left in it (one still busy goes to the
+        back, so that it never holds up the others)."""
+        if self._leaving:
+            if _vacant(self._leaving[0]):
+                return self._leaving.popleft()
+            self._leaving.rotate(-1)
         return None
 
     def give_back(self, workdir: str, groups: list[dict[str, str]]) -> tuple[bool, bool]:
@@ -301,7 +304,7 @@ class Recycler:
             self._dirs.append(workdir)
         kept_groups = bool(groups) and len(self._groups) + len(self._leaving) < self.keep
         if kept_groups:
-            if all(members(g["path"]) == [] for g in groups):
+            if _vacant(groups):
                 self._groups.append(groups)
             else:  # the call is over: whatever is still in its cgroups goes
                 for group in groups:
@@ -321,6 +324,22 @@ class Recycler:
             for group in groups:
                 remove_cgroup(group["path"])
         self._dirs, self._groups, self._leaving = [], [], collections.deque()
+
+
+def _vacant(groups: list[dict[str, str]]) -> bool:
+    """No process in any of the groups, and none counted by the pids controller (a zombie not yet
+    reaped is not in cgroup.procs but still counts against pids.max)."""
+    for group in groups:
+        if members(group["path"]) != []:
+            return False
+        if group["kind"] in ("pids", "unified"):
+            try:
+                with open(os.path.join(group["path"], "pids.current")) as f:
+                    if f.read().strip() != "0":
+                        return False
+            except OSError:
+                return False
+    return True
 
 
 def _empty_dir(path: str) -> bool:

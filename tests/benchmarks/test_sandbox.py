@@ -62,14 +62,19 @@ def test_a_tiny_run_prints_every_backend_with_both_ratios():
         "ms",
         "x",
         "bare",
+        "client",
+        "ms",
+        "x",
+        "bare",
     ]
-    rows, trees = {}, {}
+    rows, trees, clients = {}, {}, {}
     for line in lines[2:]:
         if line.startswith(("machine idle", "tree CPU: n/a")) or " of " in line:
             continue
         name, cells = line[:22].strip(), line[22:].split()
         rows[name] = [float(c) for c in cells[:6]]
-        trees[name] = cells[6:]
+        trees[name] = cells[6:8]
+        clients[name] = (float(cells[8]), float(cells[9]))
     expected = {"bare python -I -c", "none (isolate=False)", "launcher", "launcher strict", "launcher warm"}
     if bubblewrap_works():
         expected |= {"bubblewrap", "bubblewrap strict", "bubblewrap warm"}
@@ -83,6 +88,10 @@ def test_a_tiny_run_prints_every_backend_with_both_ratios():
         assert math.isclose(ratio, med / bare[0], abs_tol=0.011), name
         assert math.isfinite(cpu) and math.isclose(cpu_ratio, cpu / bare[4], rel_tol=0.05, abs_tol=0.011), name
     assert any(line.startswith("launcher warm: ") and "served warm" in line for line in lines)
+    base_client = clients["bare python -I -c"]
+    assert base_client[1] == 1.0 and base_client[0] > 0  # the calling process's own CPU: never nothing
+    for name, (ms, ratio) in clients.items():
+        assert ms > 0 and math.isclose(ratio, ms / base_client[0], rel_tol=0.01, abs_tol=0.002), name
     if "tree CPU: n/a" not in out.stdout:  # the meter was there: numbers against the bare row
         own = {name: (float(a), float(b)) for name, (a, b) in trees.items()}
         assert own["bare python -I -c"][1] == 1.0

@@ -322,3 +322,65 @@ def test_a_call_reuses_the_work_directory_and_cgroups_the_last_one_left_empty(mo
         assert len(names) == 1 and names.pop() in cgroups, (groups, cgroups)
     assert not [w for w in made if os.path.exists(w)]
     assert not [g for g in groups if os.path.exists(g)]
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_forks_made_ahead_and_never_used_leave_no_descriptor_open():
+    """Closing a server whose forks wait unused (and disposing of them) closes their pipe ends too."""
+
+    async def round_trip():
+        server = ForkServer(POLICY)
+        await run_python("print(1)", timeout=5, policy=POLICY, warm=server)
+        await asyncio.sleep(0.5)  # two forks made ahead, waiting
+        assert len(server._ahead._ready) == 2
+        await server.close()
+
+    async def go():
+        await round_trip()  # the loop's own descriptors, opened once
+        before = _open_fds()
+        for _ in range(3):
+            await round_trip()
+        return before, _open_fds()
+
+    before, after = asyncio.run(go())
+    assert after == before
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="cgroups are made as root only")
+def test_a_cgroup_is_handed_out_again_only_with_nothing_counted_in_it():
+    """After killed calls (timeout), every set the recycler hands out has pids.current 0: a zombie of a
+    killed call is not in cgroup.procs but still counts against pids.max (found by review: the next
+    call could start fewer processes than a cold one)."""
+    policy = SandboxPolicy(backend="fork")
+    handed: list[str] = []
+
+    async def go():
+        server = ForkServer(policy)
+        try:
+            await run_python("pass", timeout=5, policy=policy, warm=server)
+            (srv,) = server._servers.values()
+            real = srv.recycler.take
+
+            def take():
+                workdir, groups = real()
+                for group in groups:
+                    if group["kind"] in ("pids", "unified"):
+                        handed.append(Path(group["path"], "pids.current").read_text().strip())
+                return workdir, groups
+
+            srv.recycler.take = take  # type: ignore[method-assign]
+            for _ in range(3):
+                killed = await run_python("import time; time.sleep(30)", timeout=0.5, policy=policy, warm=server)
+                assert killed.error == "timeout"
+                for _ in range(3):
+                    assert (await run_python("print(1)", timeout=5, policy=policy, warm=server)).ok
+        finally:
+            await server.close()
+
+    asyncio.run(go())
+    if not handed:
+        pytest.skip("no pids cgroup here")
+    assert set(handed) == {"0"}, handed
