@@ -7,7 +7,7 @@ stdin (read end), stdout (write end; stderr joins it), the report pipe and the s
 Output, per call: a forked L0 that writes b"<its pid>\\n" on the status pipe, then runs the
 launcher's own steps (`_sandbox_launcher.isolate`: cgroups, priority, namespaces, mounts, limits,
 capabilities, seccomp, report) and ends with b"X<exit code>\\n" there; its L2 returns out of `serve`
-into the main module, which then runs `python_exec.WAITER` as a warm sandbox does.
+into the main module, which then runs `sandbox_waiter.WAITER` as a warm sandbox does.
 
 Invariants: the server itself never runs user code and never changes after start-up (each call is
 a fork of the same state: nothing a call does reaches the server or another call); it is

@@ -2,7 +2,7 @@
 
 Input: a `SandboxPolicy` and a size. Output: `take(policy)` hands out a sandbox that was started
 ahead of time (launcher or bubblewrap, namespaces, mounts, cgroups, limits, seccomp all in place)
-and waits in `python_exec.WAITER` (a fresh `python -I main.py`, already started) for its code; the
+and waits in `sandbox_waiter.WAITER` (a fresh `python -I main.py`, already started) for its code; the
 call then runs it in that interpreter as `__main__`, as a cold call would run it in its own. None when
 none is ready (the caller starts one itself).
 
@@ -22,8 +22,9 @@ import signal
 from collections.abc import Awaitable, Callable
 
 from ..runtime.deadline import within
-from .python_exec import WAITER, Launched, await_report, dispose, launch
+from .python_exec import Launched, await_report, dispose, launch
 from .sandbox_host import SandboxPolicy, remove_cgroup
+from .sandbox_waiter import WAITER
 
 REPORT_WAIT_S = 30.0  # a launcher reports within milliseconds; one that does not is given up
 POOL_CPU_S = 3600  # a waiting sandbox uses no CPU; the call lowers this to its own limit before it runs

@@ -238,7 +238,7 @@ def test_a_start_cancelled_at_any_moment_ends_at_once_and_leaves_nothing(backend
     (holding the pipes), and on Python 3.11 asyncio then waited for those pipes forever
     (benchmarks.sandbox hung). Every moment of the start is cancelled here, twice; each must end within
     seconds, with no process, work directory or cgroup left."""
-    from graphrl.tools import python_exec
+    from graphrl.tools import python_exec, sandbox_waiter
 
     policy = SandboxPolicy(backend=backend)
     made: list[str] = []
@@ -267,7 +267,7 @@ def test_a_start_cancelled_at_any_moment_ends_at_once_and_leaves_nothing(backend
 
     async def go():
         for i in range(60):
-            task = asyncio.create_task(python_exec.launch(python_exec.WAITER, cpu_s=30, policy=policy))
+            task = asyncio.create_task(python_exec.launch(sandbox_waiter.WAITER, cpu_s=30, policy=policy))
             await asyncio.sleep(0.0003 * (i % 30))
             task.cancel()
             try:
