@@ -28,6 +28,19 @@ pytestmark = pytest.mark.skipif(
 POLICY = SandboxPolicy(backend="fork", warm=2)
 
 
+def _calls_of_one_server(policy: SandboxPolicy, code: str, n: int) -> list:
+    """`n` calls of `code`, one after the other, through one fork server (closed after)."""
+
+    async def go():
+        server = ForkServer(policy)
+        try:
+            return [await run_python(code, timeout=5, policy=policy, warm=server) for _ in range(n)]
+        finally:
+            await server.close()
+
+    return asyncio.run(go())
+
+
 def test_nothing_of_one_call_reaches_the_next():
     """Files (work directory, /dev/shm), environment, interpreter state: each call is a fresh fork
     with a fresh tmpfs, so the second call sees none of what the first changed."""
@@ -80,14 +93,7 @@ def test_calls_of_one_server_share_its_hash_seed_as_documented():
     it serves (a cold call draws its own seed)."""
     code = "print(hash('graphrl'))"
 
-    async def go():
-        server = ForkServer(POLICY)
-        try:
-            return [await run_python(code, timeout=5, policy=POLICY, warm=server) for _ in range(2)]
-        finally:
-            await server.close()
-
-    a, b = asyncio.run(go())
+    a, b = _calls_of_one_server(POLICY, code, 2)
     assert a.ok and b.ok and a.text == b.text
 
 
@@ -304,14 +310,7 @@ def test_a_call_reuses_the_work_directory_and_cgroups_the_last_one_left_empty(mo
         "open('mark', 'w').write('1'); open('/dev/shm/mark', 'w').write('1')"
     )
 
-    async def go():
-        server = ForkServer(policy)
-        try:
-            return [await run_python(code, timeout=5, policy=policy, warm=server) for _ in range(3)]
-        finally:
-            await server.close()
-
-    runs = asyncio.run(go())
+    runs = _calls_of_one_server(policy, code, 3)
     assert all(r.ok for r in runs), [r.text for r in runs]
     assert len({r.text for r in runs}) == 1, [r.text for r in runs]  # the same directory and cgroups each time
     cwd, contents, cgroups = runs[0].text.splitlines()
