@@ -19,7 +19,6 @@ import contextlib
 import os
 import re
 import signal
-from collections.abc import Callable
 
 
 class ForkedProcess:
@@ -37,7 +36,6 @@ class ForkedProcess:
         self.stdout: asyncio.StreamReader | None = None
         self._out: asyncio.ReadTransport | None = None
         self._pipes = [stdin_w, stdout_r]  # our raw ends until `connect` or `exchange` closes them
-        self._watched: list[tuple[int, bool]] = []  # (fd, is_writer) registered with the loop by `exchange`
         self._fd = status_fd
         self._pidfd = -1
         self._awaiting_exit = False  # the status pipe closed; the pidfd says when L0 is gone
@@ -89,7 +87,6 @@ class ForkedProcess:
         def close_stdin() -> None:
             nonlocal stdin
             if stdin >= 0:
-                self._unwatch(stdin)
                 self._close_pipe(stdin)
                 stdin = -1
 
@@ -113,7 +110,7 @@ class ForkedProcess:
             except OSError:
                 chunk = b""
             if not chunk:  # every copy of the write end closed: the program and all it started are done
-                self._unwatch(stdout)
+                loop.remove_reader(stdout)
                 if self._done.done():
                     end(None)
                 else:
@@ -129,30 +126,24 @@ class ForkedProcess:
         os.set_blocking(stdout, False)
         write()
         if stdin >= 0:
-            self._watch(stdin, True, write)
-        self._watch(stdout, False, read)
+            loop.add_writer(stdin, write)
+        loop.add_reader(stdout, read)
         timer = loop.call_later(timeout, end, "timeout")
         try:
             why = await ended
         finally:  # our ends closed: a program still writing is being stopped by the caller
             timer.cancel()
             close_stdin()
-            self._unwatch(stdout)
             self._close_pipe(stdout)
         return bytes(out), why
 
-    def _watch(self, fd: int, writer: bool, callback: Callable[[], None]) -> None:
-        (self._loop.add_writer if writer else self._loop.add_reader)(fd, callback)
-        self._watched.append((fd, writer))
-
-    def _unwatch(self, fd: int) -> None:
-        for entry in [w for w in self._watched if w[0] == fd]:
-            (self._loop.remove_writer if entry[1] else self._loop.remove_reader)(fd)
-            self._watched.remove(entry)
-
     def _close_pipe(self, fd: int) -> None:
+        """Close one of our raw pipe ends, first taking it out of the loop (a no-op where `exchange`
+        never registered it): the loop never watches a descriptor number that is closed."""
         if fd in self._pipes:
             self._pipes.remove(fd)
+            self._loop.remove_reader(fd)
+            self._loop.remove_writer(fd)
             os.close(fd)
 
     async def started(self) -> bool:
@@ -178,9 +169,7 @@ class ForkedProcess:
         if not chunk:
             if self._pidfd >= 0 and not self._awaiting_exit:  # L0 closed the pipe as it exits: wait until it
                 self._awaiting_exit = True  # is gone, so its cgroups are empty when the call is disposed of
-                self._loop.remove_reader(self._fd)
-                os.close(self._fd)
-                self._fd = -1
+                self._close_status()
                 self._loop.add_reader(self._pidfd, self._finish)
                 return
             self._finish()
@@ -193,11 +182,14 @@ class ForkedProcess:
             with contextlib.suppress(OSError):
                 signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
 
-    def _finish(self) -> None:
+    def _close_status(self) -> None:
         if self._fd >= 0:
             self._loop.remove_reader(self._fd)
             os.close(self._fd)
             self._fd = -1
+
+    def _finish(self) -> None:
+        self._close_status()
         if self._pidfd >= 0:
             if self._awaiting_exit:
                 self._loop.remove_reader(self._pidfd)
@@ -221,8 +213,6 @@ class ForkedProcess:
             self._out.close()
         if self.stdin is not None:
             self.stdin.close()
-        for fd, _ in list(self._watched):
-            self._unwatch(fd)
         for fd in list(self._pipes):
             self._close_pipe(fd)
         self._finish()

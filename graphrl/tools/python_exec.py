@@ -310,8 +310,7 @@ async def run_python(
             out, why = await exchange(feed, OUTPUT_CAP, timeout)
             if why is not None:
                 await _stop(proc, None, run.cgroups)
-                note = f"[timed out after {timeout:g} s]" if why == "timeout" else _CAP_NOTE
-                return _result(out, note, why, None, run)
+                return _cut_short(out, why, timeout, run)
             return _ended(out, proc.returncode, run)
         feeder = asyncio.create_task(_feed(proc, feed))
         buf, overflowed = bytearray(), asyncio.Event()
@@ -327,9 +326,9 @@ async def run_python(
         if not finished.done():
             await _stop(proc, finished, run.cgroups)
             if not overflowed.is_set():
-                return _result(bytes(buf), f"[timed out after {timeout:g} s]", "timeout", None, run)
+                return _cut_short(bytes(buf), "timeout", timeout, run)
         if overflowed.is_set():
-            return _result(bytes(buf), _CAP_NOTE, "output limit", None, run)
+            return _cut_short(bytes(buf), "output limit", timeout, run)
         return _ended(bytes(buf), proc.returncode, run)
     finally:
         await dispose(run, finished)  # also when cancelled, or a bug above
@@ -337,7 +336,14 @@ async def run_python(
             warm.refill()  # replacements start once this call is done, not while it runs
 
 
-_CAP_NOTE = f"[output passed {OUTPUT_CAP} bytes: program stopped]"
+def _cut_short(out: bytes, why: str, timeout: float, run: Launched) -> ToolResult:
+    """The result of a program stopped for `why`: "timeout" or "output limit"."""
+    note = (
+        f"[timed out after {timeout:g} s]"
+        if why == "timeout"
+        else f"[output passed {OUTPUT_CAP} bytes: program stopped]"
+    )
+    return _result(out, note, why, None, run)
 
 
 def _ended(out: bytes, rc: int | None, run: Launched) -> ToolResult:

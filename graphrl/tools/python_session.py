@@ -97,10 +97,9 @@ class PythonSession:
             except asyncio.CancelledError:
                 # cancelled mid-cell (the rollout's deadline, the caller): the interpreter may still be
                 # running the cell and answer later, so it is never handed the next cell
-                run, self._run = self._run, None
-                if run is not None:
+                if self._run is not None:
                     self.restarts += 1
-                    await asyncio.shield(dispose(run))
+                    await asyncio.shield(self._drop())
                 raise
             finally:
                 if fresh and self._warm is not None:
@@ -148,15 +147,19 @@ class PythonSession:
         return int(head["status"]), body, bool(head["more"])
 
     async def _end(self, text: str, error: str) -> ToolResult:
-        run, self._run = self._run, None
-        report = read_report(run) if run is not None else {}
-        if run is not None:
-            await dispose(run)
+        report = await self._drop()
         self.restarts += 1
         return ToolResult(text, ok=False, error=error, data={"exit_status": None, "sandbox": report})
 
+    async def _drop(self) -> dict:
+        """Stop and remove the current interpreter, if any; its sandbox report ({} without one)."""
+        run, self._run = self._run, None
+        if run is None:
+            return {}
+        report = read_report(run)
+        await dispose(run)
+        return report
+
     async def close(self) -> None:
         async with self._lock:
-            run, self._run = self._run, None
-            if run is not None:
-                await dispose(run)
+            await self._drop()
