@@ -36,6 +36,8 @@ from .audit import audit_samples, context_mismatches, request_stats
 from .data import read_jsonl
 from .sample import as_list, samples_for
 from .sim.text import EXPERT_MODELS
+from .stacks import CpuSampler
+from .stacks import write as write_stacks
 from .tokclock import install
 
 SAMPLING = {
@@ -251,9 +253,15 @@ async def _run(spec: dict[str, Any]) -> dict[str, Any]:
         enc0, dec0 = timed.clock.encode_s, timed.clock.decode_s
         sched0, busy0 = _schedstat(), machine_busy_s()
         collector = GcClock()
+        sampler = CpuSampler() if spec.get("stacks") else None  # benchmarks.stacks: the timed section only
         cpu0, t0 = time.process_time(), time.perf_counter()
         with collector:
-            results, latencies = await _drive(generate, args, samples, spec["concurrency"], sampling)
+            if sampler is not None:
+                sampler.start()
+            try:
+                results, latencies = await _drive(generate, args, samples, spec["concurrency"], sampling)
+            finally:
+                stacks = sampler.stop() if sampler is not None else None
         wall, cpu, enc = time.perf_counter() - t0, time.process_time() - cpu0, timed.clock.encode_s - enc0
         sched = [b - a for a, b in zip(sched0, _schedstat())]
         busy = machine_busy_s() - busy0
@@ -265,6 +273,9 @@ async def _run(spec: dict[str, Any]) -> dict[str, Any]:
     flat = [x for r in rollouts.values() for x in r]
     stats = request_stats(logs)
     calls = max(stats["calls"], 1)
+    if stacks is not None:
+        meta = {k: spec.get(k) for k in ("workflow", "system", "concurrency", "code_rate", "repeat")}
+        write_stacks(Path(spec["stacks"]), stacks, {**meta, "calls": calls})
     rewards = [sum(_reward(x) for x in r) for r in rollouts.values()]
     statuses: dict[str, int] = {}
     errors: dict[str, int] = {}  # graphrl's error per failed sample (the first 160 characters), by count

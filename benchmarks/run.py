@@ -99,6 +99,12 @@ def parser() -> argparse.ArgumentParser:
         help="each cell in a fresh process (default: on, off with --quick)",
     )
     p.add_argument("--json", type=Path, help="write all results here")
+    p.add_argument(
+        "--stacks",
+        type=Path,
+        help="sample each cell's client CPU by stack into this directory and print where it went "
+        "(`python -m benchmarks.stacks DIR` re-prints it); the sampler costs the client a few percent",
+    )
     p.add_argument("--build-dir", type=Path, default=REPO / "build" / "bench")
     p.add_argument(
         "--report", type=Path, help="print the tables and target verdicts of a saved --json run (nothing is run)"
@@ -221,6 +227,11 @@ def main(argv: list[str] | None = None) -> int:
         f"{time.time() - t_start:.0f} s"
     )
     print(_render(ns, preset, repeats, isolate, cells, scale_rows, head))
+    if ns.stacks is not None:
+        from . import stacks
+
+        print(f"\n## Where the client CPU went (sampled stacks in {ns.stacks})\n")
+        print(stacks.report(stacks.load(ns.stacks)))
     if ns.json:
         ns.json.parent.mkdir(parents=True, exist_ok=True)
         ns.json.write_text(
@@ -363,6 +374,9 @@ def _matrix(ns, preset, server_ns, workflows, systems, suffix, modules, base, re
                             "module": str(modules[wf]),
                             "tags": {"repeat": rep},
                         }
+                        if ns.stacks is not None:  # benchmarks.stacks: this cell's sampled stacks
+                            name = f"{wf}{suffix}-c{c}-r{rep}-{system}.stacks.json"
+                            spec.update(stacks=str(ns.stacks / name), code_rate=server_ns.code_rate, repeat=rep)
                         cell = run_cell(spec, isolate)
                         cell["workflow"] += suffix
                         cells.append(cell)
