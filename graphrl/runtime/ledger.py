@@ -86,7 +86,12 @@ class CallRecord:
     spec_verify_ct: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {k: v for k in self.__dataclass_fields__ if (v := getattr(self, k)) is not None or k not in _OPTIONAL}
+        """The fields in order (the instance's own dict: frozen, no slots), optional ones only when set."""
+        out = dict(self.__dict__)
+        for k in _OPTIONAL:
+            if out[k] is None:
+                del out[k]
+        return out
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> CallRecord:

@@ -189,7 +189,7 @@ def parse_output(
     """Run a parse block with fallbacks and defaults."""
     if p is None:
         return ParseResult(True)
-    declared = dict.fromkeys(p.produced_fields() or (), None)  # every declared field exists, None if not found
+    declared = dict.fromkeys(p.declared_fields or (), None)  # every declared field exists, None if not found
     current: Parse | None = p
     first: ParseResult | None = None
     while current is not None:

@@ -7,6 +7,7 @@ and is frozen.
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -40,8 +41,9 @@ class Message(_Base):
             raise ValueError(f"a message has exactly one role key ({', '.join(ROLES)}), got {set_ or 'none'}")
         return self
 
-    @property
+    @cached_property
     def role(self) -> str:
+        """The one role key given (or "messages"); found once, the model being frozen."""
         return next(k for k in (*ROLES, "messages") if getattr(self, k) is not None)
 
     @property
@@ -69,6 +71,13 @@ class Parse(_Base):
     function: str | None = Field(None, description="module:function(text) -> dict | None, a custom parser")
     fallback: Parse | None = None
     default: dict[str, Any] | None = Field(None, description="values for fields no parser produced")
+
+    @cached_property
+    def declared_fields(self) -> tuple[str, ...] | None:
+        """`produced_fields()` in name order, computed once (the model is frozen): the fields every
+        run of this parser starts from."""
+        got = self.produced_fields()
+        return None if got is None else tuple(sorted(got))
 
     def produced_fields(self) -> set[str] | None:
         """Fields this parser (and its fallbacks) can produce; None when a custom function makes them unknown."""

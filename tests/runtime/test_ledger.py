@@ -240,3 +240,17 @@ def test_cut_masked_tail_drops_only_masked_untrained_text():
     assert b.freeze().tokens == s.tokens
     with pytest.raises(LedgerError, match="generated or trained"):
         b.cut_masked_tail(4)  # would cut into the generated span
+
+
+def test_a_call_record_as_json_has_its_fields_in_order_and_optional_ones_only_when_set():
+    plain = CallRecord("policy", 0, "policy", 5, 2, finish_reason="length", cost=0.5)
+    names = [f for f in CallRecord.__dataclass_fields__]
+    optional = ("weight_version", "spec_accept_token_num", "spec_draft_token_num", "spec_verify_ct")
+    assert list(plain.to_json()) == [n for n in names if n not in optional]
+    assert plain.to_json()["error"] is None and plain.to_json()["finish_reason"] == "length"
+    spec = CallRecord("policy", 1, "policy", 5, 2, weight_version="7", spec_verify_ct=3)
+    got = spec.to_json()
+    assert list(got) == [n for n in names if n not in ("spec_accept_token_num", "spec_draft_token_num")]
+    assert got["weight_version"] == "7" and got["spec_verify_ct"] == 3
+    got["node"] = "changed"  # a new dict each time: the record itself is untouched
+    assert spec.node == "policy" and CallRecord.from_json(spec.to_json()) == spec

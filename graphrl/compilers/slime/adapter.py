@@ -89,7 +89,10 @@ class SlimeAbortFlag:
     MODULE = "slime.rollout.sglang_rollout"
 
     def is_set(self) -> bool:
-        cls = getattr(sys.modules.get(self.MODULE), "GenerateState", None)
+        module = sys.modules.get(self.MODULE)
+        if module is None:  # not slime's rollout process (graphrl run, a benchmark): nothing sets it
+            return False
+        cls = getattr(module, "GenerateState", None)
         instances = getattr(cls, "_instances", None)
         state = instances.get(cls) if isinstance(instances, dict) else None
         return bool(getattr(state, "aborted", False))
