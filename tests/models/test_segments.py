@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers, trainers
 
-from graphrl.models.segments import SegmentMemo
+from graphrl.models.segments import SegmentMemo, cuts_at_lines, exact_in_pieces
 from graphrl.runtime.chat import ChatRenderer
 
 
@@ -173,3 +173,114 @@ def test_the_chat_renderer_encodes_whole_prompts_through_one_shared_memo(tok):
     for _ in range(3):
         assert list(r.start(messages)) == _ref(tok.backend_tokenizer, text)
     assert r._memo._pieces  # the system message is memoised
+
+
+# Line starts: what stands either side of a newline that a printable ASCII character follows (the cut),
+# and what must not be cut (a space, a tab, a non-ASCII letter, a combining mark after the newline).
+LINE_ATOMS = [
+    "\n",
+    "\r\n",
+    "\n\n",
+    " \n",
+    "  \n",
+    "\t\n",
+    ".\n",
+    "?!\n",
+    "\n ",
+    "\n\t",
+    "\n\u0301",
+    "\ne\u0301",
+    "\n\u00e9t\u00e9",
+    "\n世界",
+    "\n's",
+    "\n'll do",
+    "\n123",
+    "\n-",
+    "\n--- ",
+    '\n{"a": 1}',
+    "\nDoc 1: ",
+    "word",
+    " word",
+    "it's",
+    "x" * 70,
+    "The ledger for 1738 lists the builders of the lock, and the toll collector's name.",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<tool_response>",
+]
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=st.data())
+def test_line_cuts_tokenise_exactly_as_the_whole_text(tok, data):
+    """Pieces cut at line starts too (Qwen2's pre-tokeniser), memoised from one character up and
+    reused in other surroundings: the same ids as `tokenizers` on the whole text."""
+    backend = tok.backend_tokenizer
+    memo = SegmentMemo.for_tokenizer(tok, min_chars=1, max_pieces=64)
+    assert memo is not None and memo.lines
+    line = st.lists(st.sampled_from(LINE_ATOMS), min_size=1, max_size=12).map("".join)
+    lines = data.draw(st.lists(line, min_size=1, max_size=5))
+    # the same lines again, in another order and joined differently: cut pieces meet new neighbours
+    texts = ["".join(lines), "\n".join(reversed(lines)), "<|im_start|>user\n" + "".join(lines) + "<|im_end|>"]
+    for text in texts * 3:
+        assert memo.encode(text) == _ref(backend, text), repr(text)
+
+
+def test_a_prompt_quoting_earlier_lines_tokenises_only_its_new_ones(tok):
+    """An expert's prompt that repeats the documents of the conversation so far: after two sightings,
+    their lines come from the memo, though no added token stands around them in the new prompt."""
+    docs = [f"Doc {i}: the bridge wardens' ledger for {1700 + i} names the builders of lock {i}.\n" for i in range(8)]
+    memo = SegmentMemo.for_tokenizer(tok)
+    assert memo is not None and memo.lines
+    counting = CountingBackend(tok.backend_tokenizer)
+    memo._backend = counting
+    for k in range(3):
+        head = f"user\nQuestion {k}: who built lock 3?\n\nGathered so far:\n"
+        text = "<|im_start|>" + head + "".join(docs) + "<|im_end|>"
+        before = counting.chars
+        assert memo.encode(text) == _ref(tok.backend_tokenizer, text)
+        tokenised = counting.chars - before
+    # the third time: the added tokens, the new head and (the head being short) the first document's
+    # line joined to it; no other line
+    assert tokenised == len("<|im_start|>") + len(head) + len(docs[0]) + len("<|im_end|>")
+    assert tokenised < len(text) / 4  # of 659 characters
+
+
+def _config(t) -> dict:
+    import json
+
+    added = list(t.get_added_tokens_decoder().values())
+    return {
+        "added_tokens": [{"content": a.content} for a in added],
+        "pre_tokenizer": json.loads(t.pre_tokenizer.__getstate__()) if t.pre_tokenizer else None,
+    }
+
+
+def test_line_cuts_only_for_qwen2s_pre_tokeniser_and_no_added_newline(tok):
+    qwen = Tokenizer.from_str(tok.backend_tokenizer.to_str())
+    assert cuts_at_lines(_config(qwen)) and exact_in_pieces({"model": {"type": "BPE"}, **_config(qwen)})
+    gpt2 = Tokenizer(models.BPE())
+    gpt2.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    assert exact_in_pieces({"model": {"type": "BPE"}, **_config(gpt2)}) and not cuts_at_lines(_config(gpt2))
+    other = Tokenizer.from_str(tok.backend_tokenizer.to_str())
+    other.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(r"\s+|\S+", behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    assert not cuts_at_lines(_config(other))
+    newline_token = Tokenizer.from_str(tok.backend_tokenizer.to_str())
+    newline_token.add_special_tokens([AddedToken("\n<sep>", special=True)])
+    assert not cuts_at_lines(_config(newline_token))
+    memo = SegmentMemo.for_tokenizer(newline_token)
+    assert memo is not None and not memo.lines  # still cut at added tokens
+
+
+def test_gpt2s_regex_shows_why_line_cuts_need_qwen2s():
+    """The reason for the check: with GPT-2's regex, spaces before a newline are one pre-token with it
+    at the end of a text but two when a word follows, so 'A' + 'B' would not tokenise as 'A + B'."""
+    gpt2 = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    whole = [p for p, _ in gpt2.pre_tokenize_str("a  \nword")]
+    apart = [p for p, _ in gpt2.pre_tokenize_str("a  \n")] + [p for p, _ in gpt2.pre_tokenize_str("word")]
+    assert whole != apart
