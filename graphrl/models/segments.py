@@ -50,18 +50,22 @@ Invariants:
   tokenizer) and only when it has at least `min_chars` characters; the memo is bounded
   (`max_pieces` pieces and `max_chars` characters, oldest first out; what it remembers as seen once
   is bounded too, and forgotten all at once when full) and belongs to its renderer: no state outside
-  the object.
+  the object; its state changes under a lock, so threads may share it (a foreach node tokenises its
+  document in a worker thread).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import threading
 from typing import Any
 
 from .bytelevel import fast_backend
 
 __all__ = ["SegmentMemo"]
+
+_ABSENT = object()  # `dict.pop`'s default: a piece not remembered as seen
 
 # Components that act on each piece the same way wherever it stands in the text.
 _NORMALIZERS = {"NFC", "NFD", "NFKC", "NFKD", "Lowercase", "Sequence"}
@@ -159,6 +163,7 @@ class SegmentMemo:
         # memoised: at most max_pieces pieces and max_chars characters (about a quarter as many ids);
         # remembered as seen once: at most 4 x max_pieces pieces and max_chars characters
         self.min_chars, self.max_pieces, self.max_chars = min_chars, max_pieces, max_chars
+        self._lock = threading.Lock()  # one memo serves the event loop and foreach's worker threads
         self._pieces: dict[str, list[int]] = {}
         self._seen: dict[str, None] = {}
         self._piece_chars = self._seen_chars = 0
@@ -219,31 +224,36 @@ class SegmentMemo:
 
     def _piece(self, text: str, a: int, b: int, start: int, ids: list[int]) -> int:
         """The piece text[a:b] between added tokens: when memoised (or seen before), tokenise what
-        precedes it since `start`, then add its ids; returns the new `start`."""
+        precedes it since `start`, then add its ids; returns the new `start`. The memo changes under
+        its lock (a foreach node tokenises its document in a worker thread through the same memo as
+        the event loop's prompts); the tokenizer runs outside it."""
         n = b - a
         if n < self.min_chars or n > self.max_chars:
             return start
         piece = text[a:b]
-        hit = self._pieces.get(piece)
-        if hit is None:
-            if piece not in self._seen:
-                if len(self._seen) >= 4 * self.max_pieces or self._seen_chars + n > self.max_chars:
-                    self._seen.clear()
-                    self._seen_chars = 0
-                self._seen[piece] = None
-                self._seen_chars += n
-                return start
-            del self._seen[piece]
-            self._seen_chars -= n
+        with self._lock:
+            hit = self._pieces.get(piece)
+            if hit is None:
+                if self._seen.pop(piece, _ABSENT) is _ABSENT:  # first sight: remembered, not tokenised alone
+                    if len(self._seen) >= 4 * self.max_pieces or self._seen_chars + n > self.max_chars:
+                        self._seen.clear()
+                        self._seen_chars = 0
+                    self._seen[piece] = None
+                    self._seen_chars += n
+                    return start
+                self._seen_chars -= n
+        if hit is None:  # the second sight: tokenised on its own and kept
             hit = self._whole(piece)
-            while self._pieces and (
-                len(self._pieces) >= self.max_pieces or self._piece_chars + n > self.max_chars
-            ):  # the oldest out first
-                oldest = next(iter(self._pieces))
-                del self._pieces[oldest]
-                self._piece_chars -= len(oldest)
-            self._pieces[piece] = hit
-            self._piece_chars += n
+            with self._lock:
+                if piece not in self._pieces:
+                    while self._pieces and (
+                        len(self._pieces) >= self.max_pieces or self._piece_chars + n > self.max_chars
+                    ):  # the oldest out first
+                        oldest = next(iter(self._pieces))
+                        del self._pieces[oldest]
+                        self._piece_chars -= len(oldest)
+                    self._pieces[piece] = hit
+                    self._piece_chars += n
         if start < a:
             ids += self._whole(text[start:a])
         ids += hit

@@ -284,3 +284,40 @@ def test_gpt2s_regex_shows_why_line_cuts_need_qwen2s():
     whole = [p for p, _ in gpt2.pre_tokenize_str("a  \nword")]
     apart = [p for p, _ in gpt2.pre_tokenize_str("a  \n")] + [p for p, _ in gpt2.pre_tokenize_str("word")]
     assert whole != apart
+
+
+def test_threads_share_one_memo(tok):
+    """A foreach node tokenises its document in a worker thread through the renderer's memo while the
+    event loop's prompts use it: many threads at once, a memo small enough to evict all the time,
+    every encoding exact and none of them failing."""
+    import sys
+    import threading
+
+    memo = SegmentMemo.for_tokenizer(tok, min_chars=1, max_pieces=4, max_chars=400)
+    assert memo is not None and memo.lines
+    backend = tok.backend_tokenizer
+    lines = [f"Line {i} of the shared document, long enough to be a piece of its own.\n" for i in range(40)]
+    texts = ["".join(lines[k : k + 12]) + "<|im_end|>" for k in range(0, 28, 3)]
+    refs = {t: _ref(backend, t) for t in texts}
+    failures: list[BaseException] = []
+
+    def work(offset: int) -> None:
+        try:
+            for i in range(300):
+                text = texts[(i + offset) % len(texts)]
+                assert memo.encode(text) == refs[text]
+        except BaseException as exc:  # reported below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(6)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can: races show at once
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert failures == []
+    assert len(memo._pieces) <= 4 and memo._piece_chars == sum(map(len, memo._pieces)) <= 400
