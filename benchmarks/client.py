@@ -274,8 +274,10 @@ async def _run(spec: dict[str, Any]) -> dict[str, Any]:
     stats = request_stats(logs)
     calls = max(stats["calls"], 1)
     if stacks is not None:
-        meta = {k: spec.get(k) for k in ("workflow", "system", "concurrency", "code_rate", "repeat")}
-        write_stacks(Path(spec["stacks"]), stacks, {**meta, "calls": calls})
+        meta = {k: spec.get(k) for k in ("workflow", "system", "concurrency", "code_rate")}
+        write_stacks(
+            Path(spec["stacks"]), stacks, {**meta, "repeat": spec.get("tags", {}).get("repeat"), "calls": calls}
+        )
     rewards = [sum(_reward(x) for x in r) for r in rollouts.values()]
     statuses: dict[str, int] = {}
     errors: dict[str, int] = {}  # graphrl's error per failed sample (the first 160 characters), by count

@@ -103,7 +103,7 @@ def parser() -> argparse.ArgumentParser:
         "--stacks",
         type=Path,
         help="sample each cell's client CPU by stack into this directory and print where it went "
-        "(`python -m benchmarks.stacks DIR` re-prints it); the sampler costs the client a few percent",
+        "(`python -m benchmarks.stacks DIR` re-prints it); the sampler costs the client about 0.2%% of its CPU",
     )
     p.add_argument("--build-dir", type=Path, default=REPO / "build" / "bench")
     p.add_argument(
@@ -376,7 +376,7 @@ def _matrix(ns, preset, server_ns, workflows, systems, suffix, modules, base, re
                         }
                         if ns.stacks is not None:  # benchmarks.stacks: this cell's sampled stacks
                             name = f"{wf}{suffix}-c{c}-r{rep}-{system}.stacks.json"
-                            spec.update(stacks=str(ns.stacks / name), code_rate=server_ns.code_rate, repeat=rep)
+                            spec.update(stacks=str(ns.stacks / name), code_rate=server_ns.code_rate)
                         cell = run_cell(spec, isolate)
                         cell["workflow"] += suffix
                         cells.append(cell)

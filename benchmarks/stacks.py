@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import signal
 import statistics
 import sys
@@ -117,19 +118,14 @@ def category(stack: str) -> str:
     return "other"
 
 
+# from its package on: site-packages first, then the standard library, then the repository's packages
+_PREFIX = re.compile(r"^.*/site-packages/|^.*/lib/python3\.\d+/|^.*?/(?=(?:graphrl|benchmarks)/)")
+
+
 def _short(frame: str) -> str:
+    """ "name (path)" with the path from its package (site-packages, the standard library, the repo)."""
     name, _, path = frame.partition(" (")
-    path = path.rstrip(")")
-    for anchor in ("/site-packages/", "/lib/python3.11/", "/lib/python3.10/", "/lib/python3.12/"):
-        if anchor in path:
-            path = path.split(anchor, 1)[1]
-            break
-    else:
-        for anchor in ("/graphrl/", "/benchmarks/"):
-            if anchor in path:
-                path = anchor.strip("/") + "/" + path.split(anchor, 1)[1]
-                break
-    return f"{name} ({path})"
+    return f"{name} ({_PREFIX.sub('', path.rstrip(')'), count=1)})"
 
 
 def write(path: Path, stacks: Counter[str], meta: dict[str, Any]) -> None:
@@ -190,7 +186,8 @@ def report(cells: list[dict[str, Any]], top: int = 12) -> str:
             )
             ranked = sorted(diff.items(), key=lambda kv: -abs(kv[1]))[:top]
             out.append(
-                "\nThe sampled leaf frames differing most (C time lands on the next Python function entered), ms per LLM call:\n"
+                "\nThe sampled leaf frames differing most (C time lands on the next Python function entered), "
+                "ms per LLM call:\n"
             )
             out.append("| function | graphrl | careful | difference |")
             out.append("|---|---|---|---|")

@@ -131,6 +131,23 @@ def cuts_at_lines(config: dict[str, Any]) -> bool:
     )
 
 
+def tokenizer_config(backend: Any) -> dict[str, Any]:
+    """What `exact_in_pieces` and `cuts_at_lines` read of a `tokenizers.Tokenizer`: the components' own
+    JSON (the whole tokenizer's `to_str()` costs ~0.3 s for Qwen). AttributeError, TypeError or
+    ValueError for an object that is not one."""
+    return {
+        "truncation": backend.truncation,
+        "padding": backend.padding,
+        "added_tokens": [
+            {k: getattr(t, k) for k in ("content", "lstrip", "rstrip", "single_word", "normalized")}
+            for t in backend.get_added_tokens_decoder().values()
+        ],
+        "model": {"type": type(backend.model).__name__, "dropout": getattr(backend.model, "dropout", None)},
+        "normalizer": _state(backend.normalizer),
+        "pre_tokenizer": _state(backend.pre_tokenizer),
+    }
+
+
 def _state(component: Any) -> Any:
     """A normaliser's or pre-tokeniser's JSON configuration (None for none)."""
     return None if component is None else json.loads(component.__getstate__())
@@ -154,7 +171,7 @@ class SegmentMemo:
         # leftmost match; at one position the longest added token first (what `tokenizers` matches)
         if not added:
             raise ValueError("a segment memo needs the tokenizer's added tokens: its pieces lie between them")
-        self.lines, self.line_chars = lines, line_chars
+        self.line_chars = line_chars
         self._split = re.compile("|".join(re.escape(a) for a in sorted(set(added), key=len, reverse=True))).finditer
         # in a piece, a cut after each newline before a printable, non-space ASCII character (a
         # separate pattern: one that starts with a literal is a fast scan, an alternation with the
@@ -174,25 +191,19 @@ class SegmentMemo:
         backend = fast_backend(tokenizer)
         if backend is None or getattr(backend, "encode_special_tokens", False):  # special tokens as text
             return None
-        try:  # the components' own JSON (the whole tokenizer's `to_str()` costs ~0.3 s for Qwen)
-            added = list(backend.get_added_tokens_decoder().values())
-            config = {
-                "truncation": backend.truncation,
-                "padding": backend.padding,
-                "added_tokens": [
-                    {k: getattr(t, k) for k in ("content", "lstrip", "rstrip", "single_word", "normalized")}
-                    for t in added
-                ],
-                "model": {"type": type(backend.model).__name__, "dropout": getattr(backend.model, "dropout", None)},
-                "normalizer": _state(backend.normalizer),
-                "pre_tokenizer": _state(backend.pre_tokenizer),
-            }
+        try:
+            config = tokenizer_config(backend)
         except (AttributeError, TypeError, ValueError):
             return None
-        contents = [t.content for t in added if t.content]
+        contents = [t["content"] for t in config["added_tokens"] if t["content"]]
         if not contents or not exact_in_pieces(config):  # no added token: no piece to keep
             return None
         return cls(backend, contents, **{"lines": cuts_at_lines(config), **options})
+
+    @property
+    def lines(self) -> bool:
+        """Whether pieces are also cut at line starts."""
+        return self._line_starts is not None
 
     def _whole(self, text: str) -> list[int]:
         return self._backend.encode(text, add_special_tokens=False).ids
@@ -223,8 +234,8 @@ class SegmentMemo:
         return self._piece(text, a, b, start, ids)
 
     def _piece(self, text: str, a: int, b: int, start: int, ids: list[int]) -> int:
-        """The piece text[a:b] between added tokens: when memoised (or seen before), tokenise what
-        precedes it since `start`, then add its ids; returns the new `start`. The memo changes under
+        """The piece text[a:b] (between added tokens or line starts): when memoised (or seen before),
+        tokenise what precedes it since `start`, then add its ids; returns the new `start`. The memo changes under
         its lock (a foreach node tokenises its document in a worker thread through the same memo as
         the event loop's prompts); the tokenizer runs outside it."""
         n = b - a

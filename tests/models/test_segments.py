@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers, trainers
 
-from graphrl.models.segments import SegmentMemo, cuts_at_lines, exact_in_pieces
+from graphrl.models.segments import SegmentMemo, cuts_at_lines, exact_in_pieces, tokenizer_config
 from graphrl.runtime.chat import ChatRenderer
 
 
@@ -246,22 +246,12 @@ def test_a_prompt_quoting_earlier_lines_tokenises_only_its_new_ones(tok):
     assert tokenised < len(text) / 4  # of 659 characters
 
 
-def _config(t) -> dict:
-    import json
-
-    added = list(t.get_added_tokens_decoder().values())
-    return {
-        "added_tokens": [{"content": a.content} for a in added],
-        "pre_tokenizer": json.loads(t.pre_tokenizer.__getstate__()) if t.pre_tokenizer else None,
-    }
-
-
 def test_line_cuts_only_for_qwen2s_pre_tokeniser_and_no_added_newline(tok):
     qwen = Tokenizer.from_str(tok.backend_tokenizer.to_str())
-    assert cuts_at_lines(_config(qwen)) and exact_in_pieces({"model": {"type": "BPE"}, **_config(qwen)})
+    assert cuts_at_lines(tokenizer_config(qwen)) and exact_in_pieces(tokenizer_config(qwen))
     gpt2 = Tokenizer(models.BPE())
     gpt2.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    assert exact_in_pieces({"model": {"type": "BPE"}, **_config(gpt2)}) and not cuts_at_lines(_config(gpt2))
+    assert exact_in_pieces(tokenizer_config(gpt2)) and not cuts_at_lines(tokenizer_config(gpt2))
     other = Tokenizer.from_str(tok.backend_tokenizer.to_str())
     other.pre_tokenizer = pre_tokenizers.Sequence(
         [
@@ -269,10 +259,10 @@ def test_line_cuts_only_for_qwen2s_pre_tokeniser_and_no_added_newline(tok):
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]
     )
-    assert not cuts_at_lines(_config(other))
+    assert not cuts_at_lines(tokenizer_config(other))
     newline_token = Tokenizer.from_str(tok.backend_tokenizer.to_str())
     newline_token.add_special_tokens([AddedToken("\n<sep>", special=True)])
-    assert not cuts_at_lines(_config(newline_token))
+    assert not cuts_at_lines(tokenizer_config(newline_token))
     memo = SegmentMemo.for_tokenizer(newline_token)
     assert memo is not None and not memo.lines  # still cut at added tokens
 
