@@ -40,6 +40,7 @@ from .environment import environment_of, open_environment
 from .finish import finish_samples, usage
 from .foreach import foreach_items
 from .handlers import HANDLERS
+from .handlers.base import route_next
 from .handlers.llm import strip_stop
 from .ledger import CallRecord, LedgerError, TrainingSample
 from .outcome import reward_scalar
@@ -101,6 +102,7 @@ class Executor:
         # tokens go into a training sample keeps prompt + output within it (llm handler)
         self.max_context_tokens = max_context_tokens
         self._children: dict[str, Executor] = {}  # sub-graph executors, by graph node id
+        self._static: dict[str, str | None] = {}  # node id -> its unconditional next node (_static_next)
         self.handlers = HANDLERS  # what a fork runs its branches with
 
     # ------------------------------------------------------------------ public
@@ -284,9 +286,26 @@ class Executor:
                 self._record(r, nid, node, visit, ctx, res)
             if abort is not None and abort.is_set():
                 break
+        target = self._static_next(nid, node, handler)
+        if target is not None:  # an unconditional `next:` (or none): no routing context to build
+            return target
         ctx = self._ctx(r, r.visits.get(nid, 0))
         ctx["output"] = output if output is not None else NodeResult()
         return handler.route(self, nid, node, ctx)
+
+    def _static_next(self, nid: str, node: Any, handler: Any) -> str | None:
+        """Where `nid` always goes next (its first `next:` branch has no `when`; END without one), or
+        None when routing depends on the visit (a condition, a switch); found once per node."""
+        try:
+            return self._static[nid]
+        except KeyError:
+            pass
+        target = None
+        if handler.route is route_next:
+            branches = node.next or ()
+            target = END if not branches else (branches[0].goto if branches[0].when is None else None)
+        self._static[nid] = target
+        return target
 
     async def _run_items(
         self, r: RolloutState, nid: str, node: Any, handler: Any, batch: list[tuple[int, dict[str, Any]]]
@@ -318,6 +337,8 @@ class Executor:
         ctx["output"] = output
         ctx[nid] = output
         r.ns[nid] = output
+        if not node.update and node.append_to is None:
+            return
         ctx["thread_tokens"] = {k: len(t.chat) for k, t in r.threads.items()}  # as the visit left them
         self._updates(r, nid, node, ctx)
         if node.append_to is not None:

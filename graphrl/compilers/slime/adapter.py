@@ -98,6 +98,25 @@ class SlimeAbortFlag:
         return bool(getattr(state, "aborted", False))
 
 
+def _attributes(args: Any) -> dict[str, Any] | None:
+    """A copy of `args`'s attributes, to tell a later call whether they changed (None: cannot tell)."""
+    try:
+        return dict(vars(args))
+    except TypeError:  # no __dict__ (None, a slotted object): converted at every call
+        return None
+
+
+def _same(before: dict[str, Any] | None, now: dict[str, Any] | None) -> bool:
+    """Whether two copies of args' attributes are equal (an attribute set, replaced or removed shows;
+    a value changed in place does not: slime sets its args up before the first rollout)."""
+    if before is None or now is None:
+        return False
+    try:
+        return before == now
+    except Exception:  # a value whose == is not a bool (an array): convert again
+        return False
+
+
 class _Wired:
     """Endpoints for one configuration, and one executor per distinct sampling dict."""
 
@@ -105,6 +124,8 @@ class _Wired:
         self.cfg = cfg
         self.endpoints = endpoints
         self.executors: dict[str, Executor] = {}
+        self.args: dict[str, Any] | None = None  # the attributes of the args it was made from
+        self.last: tuple[dict[str, Any], int | None, Executor] | None = None  # the last executor asked for
 
 
 class SlimeTarget:
@@ -139,9 +160,13 @@ class SlimeTarget:
         return self._plan
 
     def _wire(self, args: Any) -> _Wired:
+        seen = _attributes(args)
+        if self._wired is not None and _same(self._wired.args, seen):
+            return self._wired  # the args of the last call, unchanged: the same configuration
         plan = self.plan(args)
         cfg = from_args(args, plan)
         if self._wired is not None and self._wired.cfg == cfg:
+            self._wired.args = seen
             return self._wired
         load = self._tokenizer_loader or load_tokenizer
         check_teacher_vocab(cfg, load)  # a teacher with its own tokenizer: the policy's vocabulary, or refused
@@ -151,9 +176,13 @@ class SlimeTarget:
         }
         engines = {name: self._engine_factory(name, url, cfg) for name, url in cfg.urls.items()}
         self._wired = _Wired(cfg, endpoints_for_plan(plan, engines, renderer, renderers=renderers))
+        self._wired.args = seen
         return self._wired
 
     def _executor(self, wired: _Wired, sampling: dict[str, Any], context: int | None = None) -> Executor:
+        last = wired.last
+        if last is not None and last[0] == sampling and last[1] == context:
+            return last[2]  # the last call's sampling and context: its executor (no key to build)
         key = json.dumps([sampling, context], sort_keys=True, default=str)
         ex = wired.executors.get(key)
         if ex is None:
@@ -167,6 +196,7 @@ class SlimeTarget:
                 sampling=sampling,
                 max_context_tokens=context,
             )
+        wired.last = (sampling, context, ex)
         return ex
 
     async def close(self) -> None:

@@ -829,3 +829,32 @@ def test_a_builtin_dict_reward_without_a_key_trains_on_its_score(slime_kit, Samp
     eng = slime_kit.engine([r"So \boxed{4}."])
     got = slime_kit.run(slime_kit.target({"policy": eng}), _sample(Sample, "What is 2 + 2?", "4"), ArgsStandIn())
     assert got.reward == 1.0 and got.status == ST.COMPLETED
+
+
+def test_args_converted_again_only_when_an_attribute_changed(slime_kit, monkeypatch):
+    """slime passes one args object to every generate call: it is converted once, and again after an
+    attribute is set, replaced or removed (here the router's address, which names the policy's URL)."""
+    from graphrl.compilers.slime import adapter
+
+    slime_kit.compile("fanout")
+    made = []
+    engines = _fanout_engines(slime_kit)
+    target = adapter.SlimeTarget(
+        slime_kit.out / "plan.json",
+        tokenizer_loader=lambda p: slime_kit.tok,
+        engine_factory=lambda name, url, cfg: made.append((name, url)) or engines[name],
+    )
+    conversions = []
+    real = adapter.from_args
+    monkeypatch.setattr(adapter, "from_args", lambda args, plan: conversions.append(1) or real(args, plan))
+    args = _fanout_args(sglang_router_ip="10.0.0.1", sglang_router_port=30000)
+    for index in range(3):
+        slime_kit.run(target, _sample(SampleStandIn, index=index), args)
+    assert len(conversions) == 1 and ("policy", "http://10.0.0.1:30000") in made
+    args.sglang_router_port = 30001
+    slime_kit.run(target, _sample(SampleStandIn, index=3), args)
+    assert len(conversions) == 2 and ("policy", "http://10.0.0.1:30001") in made
+    del args.sglang_router_port  # the graph's own url then, or the error naming the missing router
+    with pytest.raises(SlimeConfigError, match="sglang_router_ip/sglang_router_port"):
+        slime_kit.run(target, _sample(SampleStandIn, index=4), args)
+    assert len(conversions) == 3
