@@ -283,9 +283,11 @@ class SlimeTarget:
         if has_reward:  # the uncredited reward post_process_rewards normalises (None: failed, counts as 0)
             base["rollout_reward"] = outcome.rollout_reward
             base["reward_detail"] = _jsonable(res.reward)  # e.g. the whole dict a reward returned
+        # each call's JSON once: a sample's `calls` hold the same dicts as the rollout's (read-only records)
+        call_json = {id(c): c.to_json() for c in res.calls}
         rollout_info = {
             "path": [list(p) for p in res.path],
-            "rollout_calls": [c.to_json() for c in res.calls],
+            "rollout_calls": [call_json[id(c)] for c in res.calls],
             "usage": usage(list(res.calls)),
             "state": _jsonable(res.state),
         }
@@ -316,7 +318,7 @@ class SlimeTarget:
                 sample_index=s.index,
                 written_reward=None if written is None else _as_float(written, key),
                 spans=[sp.to_json() for sp in s.spans],
-                calls=[c.to_json() for c in s.calls],
+                calls=[call_json.get(id(c)) or c.to_json() for c in s.calls],
                 **(rollout_info if i == 0 else {}),
             )
             if "own_reward" in s.metadata:  # a node reward: normalised per role, not a credit share

@@ -149,6 +149,12 @@ def test_multiturn_masks_align_with_engine_calls(slime_kit, Sample):
                 assert got.rollout_log_probs[lo:hi] == pytest.approx(list(reply.logprobs))
     assert slime_tools.CALLS == ["I will look."]
     assert got.metadata["round_number"] == 3
+    info = got.metadata["graphrl"]
+    assert [c["node"] for c in info["calls"]] == ["think", "hint", "answer"]
+    # each call's record is made once: the sample's calls are the rollout's, not copies
+    rollout_calls = {id(c): c["node"] for c in info["rollout_calls"]}  # the tool's call as well
+    assert len(rollout_calls) == len(info["rollout_calls"]) == 4
+    assert [rollout_calls.get(id(c)) for c in info["calls"]] == ["think", "hint", "answer"]
 
 
 def _engine_with_meta(slime_kit, replies, metas):
