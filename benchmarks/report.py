@@ -122,7 +122,10 @@ def scaling_table(rows: list[dict[str, Any]]) -> str:
 
 
 # The targets (docs/performance.md): wall time no worse than the careful loop's, and at most 0.1 ms of
-# client CPU per LLM call on top of what it spends; zero mismatches; prefix-cache hits no lower.
+# client CPU per LLM call on top of what it spends; zero mismatches; prefix-cache hits no lower. The CPU
+# target is judged twice: excluding tokenisation (the Rust encode, which both systems call; what the
+# issue first measured) and including it (what the rollout process spends: graphrl's prompt-piece memo
+# spends Python to save Rust time, which only this figure weighs).
 WALL_TARGET = 1.00
 EXTRA_CPU_TARGET_MS = 0.1
 
@@ -138,6 +141,7 @@ def verdicts(merged: dict, extra_budget_ms: float = EXTRA_CPU_TARGET_MS, wall_bu
             continue
         ratio = g["wall_s"] / c["wall_s"]
         extra = g["overhead_ms_per_call"] - c["overhead_ms_per_call"]  # what the framework adds per call
+        total = g["cpu_ms_per_call"] - c["cpu_ms_per_call"]  # the same, tokenisation included
         # graphrl must have sent the careful loop's very requests (a failed tool call changes the next
         # prompt): else time and CPU are for other work, and neither target can be judged
         same = all(g.get(k) == c.get(k) for k in ("prompt_digest", "work_digest"))
@@ -145,9 +149,10 @@ def verdicts(merged: dict, extra_budget_ms: float = EXTRA_CPU_TARGET_MS, wall_bu
         out.append(
             f"{wf} c={conc}: wall {ratio:.3f}x careful [{judged(ratio <= wall_budget + 1e-9)}]; "
             f"graphrl - careful CPU excl. tokenise {extra:+.3f} ms/call "
-            f"[{judged(extra <= extra_budget_ms)}] ({g['overhead_ms_per_call']:.3f} vs "
+            f"[{judged(extra <= extra_budget_ms + 1e-9)}] ({g['overhead_ms_per_call']:.3f} vs "
             f"{c['overhead_ms_per_call']:.3f}); "
-            f"total CPU {g['cpu_ms_per_call'] / c['cpu_ms_per_call']:.3f}x careful; "
+            f"graphrl - careful CPU, tokenisation included, {total:+.3f} ms/call [{judged(total <= extra_budget_ms + 1e-9)}] "
+            f"({g['cpu_ms_per_call'] / c['cpu_ms_per_call']:.3f}x careful); "
             f"mismatches graphrl {g['mismatch_tokens']} / careful "
             f"{c['mismatch_tokens']} / text {t['mismatch_tokens'] if t else 'n/a'} "
             f"[{'PASS' if g['mismatch_tokens'] == 0 else 'MISS'}]; policy cache hit {g['policy_hit_rate']:.3f} vs "
