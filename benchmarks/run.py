@@ -66,7 +66,12 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="the under-a-minute smoke run")
     p.add_argument("--concurrency", type=int, nargs="+", help="concurrency levels (default 1 64 512)")
-    p.add_argument("--rollouts", type=int, help="rollouts per cell (default: 8 at c=1, 4 x c otherwise)")
+    p.add_argument(
+        "--rollouts",
+        type=int,
+        help="rollouts per cell (default: 32 / 256 / 1024 at concurrency 1 / 64 / 512; with --quick "
+        "2 / 16 at 1 / 8; 4 x c at other levels)",
+    )
     p.add_argument("--repeats", type=int, help="runs of every cell; tables show medians (default 3)")
     p.add_argument("--workflows", nargs="+", default=["memagent", "toolorchestra"])
     p.add_argument("--systems", nargs="+", default=list(SYSTEMS))
