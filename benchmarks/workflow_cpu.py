@@ -9,9 +9,11 @@ parsed and validated as from a server) and the careful loop's `common.post` (orj
 what differs is the code between the sample and the engine: graphs, templates, threads, ledgers,
 samples. Repeats alternate the two systems; the table gives medians.
 
-Input: --rollouts, --concurrency, --repeats. Output: a table (CPU per LLM call, of which tokenisation,
-and garbage collection) and graphrl - careful in ms per call, with the issue's 0.1 ms target; every
-run checks that both systems trained the same tokens with the same masks, session by session.
+Input: --rollouts, --concurrency, --repeats, --cold MB (each call starts with cold CPU caches: MB
+megabytes copied through memory before each reply, that copy's CPU not counted). Output: a table
+(CPU per LLM call, of which tokenisation, and garbage collection) and graphrl - careful in ms per
+call, with the issue's 0.1 ms target; every run checks that both systems trained the same tokens
+with the same masks, session by session.
 
 The canned exchange (a benchmark double, not a server): ToolOrchestra's orchestrator calls
 enhance_reasoning, call_expert, enhance_reasoning, then answer (no retrieval: the retrieval tool's
@@ -68,17 +70,27 @@ def _reply(tokenizer: Any, text: str) -> bytes:
 
 
 class CannedExchange:
-    """Replies by endpoint and, for the policy, by the session's turn (benchmark double)."""
+    """Replies by endpoint and, for the policy, by the session's turn (benchmark double). `cold_mb`:
+    before each reply, copy that many MB through memory (what a server's work between two calls does
+    to the client's CPU caches); the copy's own CPU time is kept in `evict_s`, for the caller to
+    subtract."""
 
-    def __init__(self, tokenizer: Any):
+    def __init__(self, tokenizer: Any, cold_mb: int = 0):
         self.policy = [_reply(tokenizer, t) for t in ORCHESTRATOR_TURNS]
         self.expert = _reply(tokenizer, EXPERT_TEXT)
         self.judge = _reply(tokenizer, JUDGE_TEXT)
         self.turns: dict[str, int] = {}
         self.calls = 0
+        self._source = bytes(cold_mb << 20)
+        self._target = bytearray(cold_mb << 20)
+        self.evict_s = 0.0
 
     def reply(self, port: int, session_id: str | None, judge: bool) -> bytes:
         self.calls += 1
+        if self._source:
+            t0 = time.process_time()
+            self._target[:] = self._source  # a memcpy that pushes the workflow's objects out of the caches
+            self.evict_s += time.process_time() - t0
         if port == POLICY_PORT:
             k = self.turns.get(session_id or "", 0)
             self.turns[session_id or ""] = k + 1
@@ -114,12 +126,12 @@ def _run(system: str, generate: Any, args: Any, rows: list[dict], concurrency: i
 
     samples = samples_for(rows, 4)
     ex.turns.clear()
-    calls0, enc0 = ex.calls, timed.clock.encode_s
+    calls0, enc0, evict0 = ex.calls, timed.clock.encode_s, ex.evict_s
     gc.collect()
     cpu0 = time.process_time()
     with client.GcClock() as collector:
         results, _ = asyncio.run(client._drive(generate, args, samples, concurrency, dict(client.SAMPLING)))
-    cpu = time.process_time() - cpu0
+    cpu = time.process_time() - cpu0 - (ex.evict_s - evict0)
     calls = ex.calls - calls0
     return {
         "system": system,
@@ -137,6 +149,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rollouts", type=int, default=256)
     p.add_argument("--concurrency", type=int, default=64)
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument(
+        "--cold",
+        type=int,
+        default=0,
+        metavar="MB",
+        help="copy MB megabytes through memory before each canned reply (its CPU not counted): each call "
+        "then starts with cold CPU caches, as after the client idled (default 0: off)",
+    )
     ns = p.parse_args(argv)
     from graphrl.models.tokenizer import qwen_tokenizer_dir
 
@@ -148,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     module = graphs.compile_graph(graph, build / graph.stem)
     rows = data.toolorchestra_rows(max(1, ns.rollouts // 4), seed=0)
     timed = install(str(qwen_tokenizer_dir()), graphrl=True)
-    exchange = CannedExchange(timed)
+    exchange = CannedExchange(timed, cold_mb=ns.cold)
     _install(exchange)
     urls = {
         "policy": f"http://127.0.0.1:{POLICY_PORT}",
@@ -181,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     med = {s: {k: statistics.median(r[k] for r in rs) for k in ("cpu", "tokenise", "gc")} for s, rs in runs.items()}
     print(
         f"ToolOrchestra, {ns.rollouts} rollouts x {ns.repeats} repeats, concurrency {ns.concurrency}, "
-        f"{g['calls']} LLM calls per run, transport replaced (canned replies); medians, ms per LLM call\n"
+        f"{g['calls']} LLM calls per run, transport replaced (canned replies"
+        f"{f'; {ns.cold} MB copied before each, its CPU not counted' if ns.cold else ''}); medians, ms per LLM call\n"
     )
     print("| system | CPU | tokenise | CPU excl. tokenise | of it GC |")
     print("|---|---|---|---|---|")

@@ -36,9 +36,34 @@ def test_canned_replies_parse_as_sglang_responses():
     assert ex.calls == 5
 
 
-def test_a_tiny_run_compares_the_same_work():
+def test_cold_mode_copies_before_each_reply_and_keeps_the_copy_time_apart():
+    from benchmarks.workflow_cpu import POLICY_PORT, CannedExchange
+    from graphrl.models.tokenizer import qwen_tokenizer
+
+    warm, cold = CannedExchange(qwen_tokenizer()), CannedExchange(qwen_tokenizer(), cold_mb=8)
+    assert warm.reply(POLICY_PORT, "s", judge=False) == cold.reply(POLICY_PORT, "s", judge=False)  # same replies
+    assert warm.evict_s == 0.0
+    once = cold.evict_s
+    assert once > 0.0  # an 8 MB copy takes measurable CPU time, kept out of the cell's figure
+    cold.reply(POLICY_PORT, "s", judge=False)
+    assert cold.evict_s > once
+
+
+@pytest.mark.parametrize("cold", [[], ["--cold", "4"]])
+def test_a_tiny_run_compares_the_same_work(cold):
     out = subprocess.run(
-        [sys.executable, "-m", "benchmarks.workflow_cpu", "--rollouts", "8", "--concurrency", "4", "--repeats", "1"],
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.workflow_cpu",
+            "--rollouts",
+            "8",
+            "--concurrency",
+            "4",
+            "--repeats",
+            "1",
+            *cold,
+        ],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -48,3 +73,4 @@ def test_a_tiny_run_compares_the_same_work():
     assert "| graphrl |" in out.stdout and "| careful |" in out.stdout
     assert "same tokens and masks in every sample: yes" in out.stdout
     assert "statuses ['completed']" in out.stdout
+    assert ("4 MB copied before each" in out.stdout) == bool(cold)
