@@ -37,11 +37,8 @@ SCALING_SPEEDUP = 10.0
 NO_CODE = " (no code execution)"
 FULL = {
     "concurrency": (1, 64, 512),
-    "rollouts": {
-        1: 32,
-        64: 256,
-        512: 1024,
-    },  # concurrency 1: 224 ToolOrchestra calls a cell (8 rollouts made 56, too few for a 0.2% verdict)
+    # concurrency 1: 224 ToolOrchestra calls a cell (8 rollouts made 56, too few for a 0.2% verdict)
+    "rollouts": {1: 32, 64: 256, 512: 1024},
     "repeats": 3,
     "scaling": (1, 8, 64, 512),
     "scaling_rollouts": 8,

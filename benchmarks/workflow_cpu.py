@@ -199,10 +199,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"graphrl and the careful loop trained different tokens or made different calls: {diff[:5]}")
         return 1
     med = {s: {k: statistics.median(r[k] for r in rs) for k in ("cpu", "tokenise", "gc")} for s, rs in runs.items()}
+    cold = f"; {ns.cold} MB copied before each, its CPU not counted" if ns.cold else ""
     print(
         f"ToolOrchestra, {ns.rollouts} rollouts x {ns.repeats} repeats, concurrency {ns.concurrency}, "
-        f"{g['calls']} LLM calls per run, transport replaced (canned replies"
-        f"{f'; {ns.cold} MB copied before each, its CPU not counted' if ns.cold else ''}); medians, ms per LLM call\n"
+        f"{g['calls']} LLM calls per run, transport replaced (canned replies{cold}); medians, ms per LLM call\n"
     )
     print("| system | CPU | tokenise | CPU excl. tokenise | of it GC |")
     print("|---|---|---|---|---|")

@@ -40,7 +40,6 @@ from .environment import environment_of, open_environment
 from .finish import finish_samples, usage
 from .foreach import foreach_items
 from .handlers import HANDLERS
-from .handlers.base import route_next
 from .handlers.llm import strip_stop
 from .ledger import CallRecord, LedgerError, TrainingSample
 from .outcome import reward_scalar
@@ -102,7 +101,7 @@ class Executor:
         # tokens go into a training sample keeps prompt + output within it (llm handler)
         self.max_context_tokens = max_context_tokens
         self._children: dict[str, Executor] = {}  # sub-graph executors, by graph node id
-        self._static: dict[str, str | None] = {}  # node id -> its unconditional next node (_static_next)
+        self._static: dict[str, str | None] = {}  # node id -> its handler's fixed next node, or None (_static_next)
         self.handlers = HANDLERS  # what a fork runs its branches with
 
     # ------------------------------------------------------------------ public
@@ -294,17 +293,14 @@ class Executor:
         return handler.route(self, nid, node, ctx)
 
     def _static_next(self, nid: str, node: Any, handler: Any) -> str | None:
-        """Where `nid` always goes next (its first `next:` branch has no `when`; END without one), or
-        None when routing depends on the visit (a condition, a switch); found once per node."""
+        """Where `nid` always goes next (`handler.fixed`: a `next:` whose first branch has no `when`,
+        END without one), or None when routing depends on the visit (a condition, a switch); found
+        once per node."""
         try:
             return self._static[nid]
         except KeyError:
             pass
-        target = None
-        if handler.route is route_next:
-            branches = node.next or ()
-            target = END if not branches else (branches[0].goto if branches[0].when is None else None)
-        self._static[nid] = target
+        target = self._static[nid] = handler.fixed(node)
         return target
 
     async def _run_items(

@@ -22,6 +22,20 @@ def route_next(ex: StepServices, nid: str, node: Any, ctx: dict[str, Any]) -> st
     return END
 
 
+def fixed_next(node: Any) -> str | None:
+    """Where `route_next` sends `node` at every visit (its first branch has no `when`; END without
+    branches), or None when a condition decides: the executor then routes without building a context."""
+    branches = node.next or ()
+    if not branches:
+        return END
+    return branches[0].goto if branches[0].when is None else None
+
+
+def decided_per_visit(node: Any) -> str | None:
+    """For a route that always needs the visit's values (a switch)."""
+    return None
+
+
 async def no_call(
     ex: StepServices, r: RolloutState, nid: str, node: Any, visit: int, ctx: dict[str, Any]
 ) -> NodeResult:
@@ -33,3 +47,4 @@ async def no_call(
 class Handler:
     run: RunFn
     route: RouteFn = route_next
+    fixed: Callable[[Any], str | None] = fixed_next  # `route`'s answer when no visit can change it, else None

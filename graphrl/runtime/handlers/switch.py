@@ -7,7 +7,7 @@ from typing import Any
 from ...spec.common import END
 from ...spec.nodes import case_key
 from ..rollout import StepServices
-from .base import Handler, no_call
+from .base import Handler, decided_per_visit, no_call
 
 
 def route_switch(ex: StepServices, nid: str, node: Any, ctx: dict[str, Any]) -> str:
@@ -15,4 +15,4 @@ def route_switch(ex: StepServices, nid: str, node: Any, ctx: dict[str, Any]) -> 
     return node.cases.get(case_key(value), node.default or END)
 
 
-HANDLER = Handler(run=no_call, route=route_switch)
+HANDLER = Handler(run=no_call, route=route_switch, fixed=decided_per_visit)
