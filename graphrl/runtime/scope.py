@@ -136,7 +136,7 @@ def _path_lookup(expr: str, slow: Callable[[dict], Any], text: bool) -> Callable
 
 def _fast(env: Any, text: str, mode: str) -> Callable[[dict], Any] | None:
     """The quickest exact evaluator of a template or expression: dict lookups for a plain path, else
-    a closure compiled from its Jinja AST (`runtime.fastexpr`) that starts over in Jinja's code
+    a Python function generated from its Jinja AST (`runtime.fastexpr`) that starts over in Jinja's code
     (`fn`) where it meets something outside its subset, else Jinja's code run on one merged dict."""
     fn = _fast_jinja(env, text, mode)
     if fn is None:

@@ -197,7 +197,23 @@ def test_text_template_gives_what_jinja_gives(source):
     assert _outcome(run) == _outcome(lambda: ENV.from_string(source).render(CTX))
 
 
-def test_renderer_uses_the_closures_and_keeps_its_errors():
+def test_nothing_the_author_writes_becomes_code():
+    """Names, attribute names, keys, strings and filters are values in the generated function's
+    globals; its source holds only names the compiler made up, operators and keyword names."""
+    source = "value.attr_q ~ 'STR_Q\\'); import os; (' ~ table['KEY_Q'] | replace('A', 'B') ~ (1 if flag_q else 2)"
+    ctx = {"value": {"attr_q": "v"}, "table": {"KEY_Q": "AAk"}, "flag_q": True}
+    fn = fastexpr.compile_expression(ENV, source)
+    assert fn is not None
+    generated = fn.__graphrl_source__
+    for written in ("value", "attr_q", "STR_Q", "import", "table", "KEY_Q", "replace", "flag_q"):
+        assert written not in generated, (written, generated)
+    assert fn(ctx) == ENV.compile_expression(source)(**ctx) == "vSTR_Q'); import os; (BBk1"
+    fn = fastexpr.compile_text(ENV, "{% for k in keys_q %}{{ loop.index }}={{ k.name_q }};{% endfor %}")
+    assert fn is not None and "keys_q" not in fn.__graphrl_source__ and "name_q" not in fn.__graphrl_source__
+    assert fn({"keys_q": [{"name_q": "a"}, {"name_q": "b"}]}) == "1=a;2=b;"
+
+
+def test_renderer_uses_the_generated_functions_and_keeps_its_errors():
     """Through the runtime's Renderer: the same values, and located errors as before."""
     from graphrl.runtime.scope import RenderError
 
