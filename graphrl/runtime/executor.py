@@ -103,6 +103,7 @@ class Executor:
         self._children: dict[str, Executor] = {}  # sub-graph executors, by graph node id
         self._static: dict[str, str | None] = {}  # node id -> its handler's fixed next node, or None (_static_next)
         self.handlers = HANDLERS  # what a fork runs its branches with
+        self._tools_used = _tools_of(plan)  # what `run` asks the tool runner to warm up
 
     # ------------------------------------------------------------------ public
     async def close(self) -> None:
@@ -112,6 +113,9 @@ class Executor:
             await close()
 
     async def run(self, inp: RolloutInput, *, abort: AbortSignal | None = None) -> RolloutResult:
+        warm_up = getattr(self.tools, "warm_up", None)  # optional in the ToolRunner protocol
+        if warm_up is not None and self._tools_used:
+            warm_up(self._tools_used)  # e.g. the python tool's sandboxes start while the first LLM call is out
         t0 = self.clock()
         r = RolloutState(inp=inp, ns={}, state={}, t0=t0)
         try:
@@ -506,6 +510,14 @@ class Executor:
 
 def _str_or_none(value: Any) -> str | None:
     return None if value is None else str(value)
+
+
+def _tools_of(plan: Plan) -> frozenset[str]:
+    """The tools a plan's tool nodes call, its sub-graphs' included."""
+    names = {node.tool for node in plan.nodes.values() if node.kind == "tool"}
+    for child in (plan.subgraphs or {}).values():
+        names |= _tools_of(child)
+    return frozenset(names)
 
 
 def _field(node: Any, name: str) -> Any:

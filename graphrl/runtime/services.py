@@ -123,6 +123,9 @@ class RolloutResources:
 
 
 class ToolRunner(Protocol):
+    """Runs a tool node's call. It may also have `warm_up(tools)`, a plain method the executor calls
+    as each rollout starts with the tools its graph uses (`ToolBox.warm_up`); it must return at once."""
+
     async def call(
         self,
         tool: str,

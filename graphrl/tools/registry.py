@@ -13,9 +13,12 @@ down), owned by the ToolBox; `close()` ends the running loop's.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json
-from collections.abc import Callable
+import threading
+import weakref
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -39,12 +42,16 @@ from .sandbox_pool import SandboxPool
 
 class ToolBox:
     """`sandbox`: how `python` calls are isolated (the caller reads it at its edge, e.g.
-    `SandboxPolicy.from_env`); the first `python` call also removes what killed runs left behind."""
+    `SandboxPolicy.from_env`); before the first `python` call, what killed runs left behind is
+    removed (`_set_up`). `warm_up` starts that and the warm sandboxes ahead of the first call."""
 
     def __init__(self, search: list[Path] | None = None, sandbox: SandboxPolicy | None = None):
         self._search = list(search or [])
         self._sandbox = sandbox or SandboxPolicy()
-        self._swept = False
+        self._set_up_done = False
+        self._set_up_lock = threading.Lock()  # the set-up runs in worker threads, from any loop, once
+        self._prepared: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+        self._preparing: set[asyncio.Task[None]] = set()
         # warm sandboxes, one pool per event loop (their processes belong to the loop that made them)
         self._pools: LoopSessions[SandboxPool | ForkServer] = LoopSessions(self._warm_source)
         self._fns: dict[str, Callable[..., Any] | ImportProblem] = {}
@@ -61,16 +68,52 @@ class ToolBox:
 
     async def close(self) -> None:
         """Close the HTTP session and the warm sandboxes of this event loop's tools (no-op if none)."""
+        loop = asyncio.get_running_loop()
+        for task in [t for t in self._preparing if t.get_loop() is loop]:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._prepared.discard(loop)
         await self._pools.close()
         await self._http.close()
 
+    def warm_up(self, tools: Collection[str]) -> None:
+        """Start now, in the background, what the first call of `tools` would otherwise wait for:
+        for `python`, the one-time set-up and then the warm sandboxes (the fork server and its first
+        forks). The executor calls it as each rollout starts; once per event loop, a set lookup after
+        that. Why: the first python call of a process waited 50-300 ms for them (the fork server's
+        start), on that rollout's path; now they start while the rollout's first LLM call is out."""
+        if "python" not in tools:
+            return
+        loop = asyncio.get_running_loop()
+        if loop in self._prepared:
+            return
+        self._prepared.add(loop)
+        task = loop.create_task(self._prepare_python())
+        self._preparing.add(task)
+        task.add_done_callback(self._preparing.discard)
+
+    async def _prepare_python(self) -> None:
+        if not self._set_up_done:
+            await asyncio.to_thread(self._set_up)
+        if self._sandbox.warm > 0:
+            (await self._pools.get()).refill()  # the fork server starts with its first fork
+
+    def _set_up(self) -> None:
+        """Once per ToolBox, in a worker thread (a second caller waits for the first): remove what
+        killed runs left behind, and probe whether the fork server can work here."""
+        with self._set_up_lock:
+            if self._set_up_done:
+                return
+            sweep_leftovers()
+            if self._sandbox.warm > 0 and self._sandbox.backend == "auto":
+                fork_works()  # the one-time probe (cached), off the event loop
+            self._set_up_done = True
+
     async def _python(self, args: dict[str, Any], timeout: float, resources: RolloutResources | None) -> ToolResult:
         """One-shot by default; `session: true` runs the code in the rollout's own interpreter."""
-        if not self._swept:
-            self._swept = True
-            await asyncio.to_thread(sweep_leftovers)
-            if self._sandbox.warm > 0 and self._sandbox.backend == "auto":
-                await asyncio.to_thread(fork_works)  # the one-time probe, off the event loop
+        if not self._set_up_done:
+            await asyncio.to_thread(self._set_up)
         policy = self._sandbox.with_strict(self._sandbox.strict or _truthy(args.get("strict")))
         code = str(args.get("code", ""))
         warm = await self._pools.get() if self._sandbox.warm > 0 else None  # one-shot calls' and sessions'

@@ -18,6 +18,7 @@ from graphrl.models.tokenizer import QWEN_TOKEN_IDS
 from graphrl.rewards.scorer import RewardBox
 from graphrl.runtime.executor import RolloutInput
 from graphrl.runtime.ledger import FanoutError, check_fanout
+from graphrl.tools.registry import ToolBox
 
 IM_END = QWEN_TOKEN_IDS["<|im_end|>"]
 
@@ -910,3 +911,54 @@ def test_tool_observation_is_cut_to_max_chars(kit):
     )
     assert res.state["seen"].startswith("A" * 10) and res.state["seen"].endswith("B" * 10)
     assert "[80 characters cut]" in res.state["seen"]
+
+
+class WarmUpRecorderForTests(ToolBox):
+    """The real ToolBox, recording the executor's `warm_up` calls instead of starting anything."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.warm_ups: list[frozenset[str]] = []
+
+    def warm_up(self, tools):
+        self.warm_ups.append(frozenset(tools))
+
+
+TOOLS_IN_A_CHILD = """
+name: warm
+inputs: {question: prompt}
+nodes:
+  ask:
+    llm: policy
+    prompt: "{{ question }}"
+    next: work
+  work:
+    graph:
+      inputs: {question: prompt}
+      nodes:
+        look:
+          tool: retrieve
+          args: {url: "http://127.0.0.1:9/retrieve", query: "{{ question }}"}
+          next: run
+        run:
+          tool: python
+          args: {code: "print(1)"}
+    inputs: {question: "{{ question }}"}
+"""
+
+
+def test_each_rollout_warms_up_the_tools_its_graph_and_sub_graphs_call(kit):
+    tools = WarmUpRecorderForTests([kit.dir])
+    ex = kit.executor(kit.plan(TOOLS_IN_A_CHILD), {"policy": kit.engine(["a", "b"])}, tools=tools)
+    for i in range(2):
+        res = kit.run(ex, {"prompt": "q"}, rollout_id=i)
+        assert [c.endpoint for c in res.calls][1:] == ["tool:retrieve", "tool:python"], res.error
+    assert tools.warm_ups == [frozenset({"python", "retrieve"})] * 2
+    bare = WarmUpRecorderForTests([kit.dir])
+    kit.run(
+        kit.executor(
+            kit.plan('name: g\nnodes:\n  a: {llm: policy, prompt: "hi"}\n'), {"policy": kit.engine(["x"])}, tools=bare
+        ),
+        {},
+    )
+    assert bare.warm_ups == []  # no tool nodes: nothing to warm up

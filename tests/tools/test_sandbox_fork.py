@@ -240,6 +240,60 @@ def test_auto_with_warm_sandboxes_resolves_to_the_fork_server_and_the_toolbox_us
     assert isinstance(source, ForkServer) and source.served == 1 and source.closed
 
 
+def test_warm_up_starts_the_server_and_a_fork_before_the_first_call():
+    """`ToolBox.warm_up` (the executor calls it as each rollout starts): the one-time set-up, the fork
+    server and its first fork are made in the background, so the first call takes a fork made ahead
+    instead of waiting for the server's start; once per event loop; nothing for graphs without python."""
+    from graphrl.tools.registry import ToolBox
+
+    box = ToolBox(sandbox=SandboxPolicy(warm=1))
+
+    async def go():
+        try:
+            box.warm_up({"retrieve"})
+            none = len(box._preparing)
+            box.warm_up({"python", "retrieve"})
+            box.warm_up({"python"})  # the same loop: nothing more
+            started = len(box._preparing)
+            await asyncio.gather(*box._preparing)
+            source = await box._pools.get()
+            for _ in range(500):  # the first fork, made ahead
+                if source._ahead._ready:
+                    break
+                await asyncio.sleep(0.01)
+            ready = len(source._ahead._ready)
+            res = await box.call("python", {"code": "print(1)"}, timeout=5, max_chars=None)
+            return none, started, ready, res, source
+        finally:
+            await box.close()
+
+    none, started, ready, res, source = asyncio.run(go())
+    assert (none, started, ready) == (0, 1, 1)
+    assert res.ok and res.text == "1\n" and res.data["sandbox"]["backend"] == "fork"
+    assert source._ahead.served == 1 and source.missed == 0  # the call took the fork made ahead
+    assert not box._preparing and source.closed
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.02, 0.1, 0.3])
+def test_close_during_warm_up_leaves_no_process_directory_or_cgroup(monkeypatch, delay):
+    """Closed in the set-up, while the server starts, while it forks, or after."""
+    from graphrl.tools.registry import ToolBox
+
+    made, groups = _record(monkeypatch)
+    box = ToolBox(sandbox=SandboxPolicy(warm=2))
+
+    async def go():
+        box.warm_up({"python"})
+        await asyncio.sleep(delay)
+        await box.close()
+        return len(box._preparing)
+
+    assert asyncio.run(go()) == 0
+    assert no_leftovers(*made), [pid for w in made for pid in leftovers(w)]
+    assert not [w for w in made if os.path.exists(w)]
+    assert not [g for g in groups if os.path.exists(g)]
+
+
 def test_a_session_with_no_warm_source_starts_as_auto_would_without_warm_sandboxes():
     """A session given no warm source (and a call the server did not serve) starts cold: with `auto`
     that is bubblewrap where it works, not the launcher the fork server's sandbox is made of. (Through
