@@ -38,17 +38,17 @@ def _alive_with_token() -> list[int]:
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
-        try:
+        try:  # a process may exit between any two of these reads: then it is not alive
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
             cwd = os.readlink(f"/proc/{pid}/cwd")
+            if (
+                b"main.py" in cmd
+                and "graphrl-py-" in cwd
+                and TOKEN in Path(f"/proc/{pid}/cwd/main.py").read_text(errors="replace")  # as the process sees it
+            ):
+                out.append(int(pid))
         except OSError:
             continue
-        if (
-            b"main.py" in cmd
-            and "graphrl-py-" in cwd
-            and TOKEN in Path(f"/proc/{pid}/cwd/main.py").read_text(errors="replace")  # as the process sees it
-        ):
-            out.append(int(pid))
     return out
 
 
