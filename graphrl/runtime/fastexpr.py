@@ -271,7 +271,21 @@ class _Compiler:
         return local
 
     def _Const(self, node: nodes.Const) -> str:
-        return self.bind(node.value)
+        return self.const(node.value)
+
+    def const(self, value: Any) -> str:
+        """A constant; a list, dict or set (Jinja folds `[1, 2]` into one) built afresh at each
+        evaluation, as Jinja's code writes it as a literal: no two results share a container."""
+        kind = type(value)
+        if kind is list:
+            return f"[{', '.join(self.const(x) for x in value)}]"
+        if kind is tuple:
+            return f"({''.join(self.const(x) + ', ' for x in value)})"
+        if kind is dict:
+            return "{" + ", ".join(f"{self.const(k)}: {self.const(v)}" for k, v in value.items()) + "}"
+        if kind is set:
+            return f"{{{', '.join(self.const(x) for x in value)}}}" if value else "set()"
+        return self.bind(value)
 
     def _List(self, node: nodes.List) -> str:
         return f"[{', '.join(self.expr(x) for x in node.items)}]"

@@ -213,6 +213,19 @@ def test_nothing_the_author_writes_becomes_code():
     assert fn({"keys_q": [{"name_q": "a"}, {"name_q": "b"}]}) == "1=a;2=b;"
 
 
+def test_a_folded_constant_container_is_new_at_each_evaluation():
+    """Jinja folds `[1, [2]]` into one constant and its code writes it as a literal: each evaluation
+    gives new containers, so a value put into state never aliases another evaluation's."""
+    for source in ("[1, [2], {'k': [3]}]", "{'a': [1], 'b': (2, [3])}"):
+        fn = fastexpr.compile_expression(ENV, source)
+        assert fn is not None
+        a, b = fn({}), fn({})
+        assert a == b == ENV.compile_expression(source)()
+        assert a is not b
+        inner = (a[1], b[1]) if isinstance(a, list) else (a["b"][1], b["b"][1])
+        assert inner[0] is not inner[1]
+
+
 def test_renderer_uses_the_generated_functions_and_keeps_its_errors():
     """Through the runtime's Renderer: the same values, and located errors as before."""
     from graphrl.runtime.scope import RenderError
