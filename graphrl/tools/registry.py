@@ -80,9 +80,10 @@ class ToolBox:
     def warm_up(self, tools: Collection[str]) -> None:
         """Start now, in the background, what the first call of `tools` would otherwise wait for:
         for `python`, the one-time set-up and then, where `auto` resolves to it, the fork server and
-        its first forks. The executor calls it as each rollout starts; once per event loop, a set lookup after
-        that. Why: the first python call of a process waited 50-300 ms for them (the fork server's
-        start), on that rollout's path; now they start while the rollout's first LLM call is out."""
+        its first forks. The executor calls it as each rollout starts; once per event loop, a set
+        lookup after that. Why: the first python call of a process waited 50-300 ms for them (the
+        fork server's start), on that rollout's path; now they start while the rollout's first LLM
+        call is out."""
         if "python" not in tools:
             return
         loop = asyncio.get_running_loop()
@@ -94,15 +95,18 @@ class ToolBox:
         task.add_done_callback(self._preparing.discard)
 
     async def _prepare_python(self) -> None:
-        if not self._set_up_done:
-            await asyncio.to_thread(self._set_up)
-        if self._sandbox.warm > 0:
-            source = await self._pools.get()
-            # the fork server starts with its first fork. A pool of launched sandboxes fills from
-            # its first call, as before: their asyncio pipes, still connecting when a short-lived loop
-            # ends (`asyncio.run` cancels every task), would hang that end on Python 3.11
-            if isinstance(source, ForkServer):
-                source.refill()
+        try:
+            if not self._set_up_done:
+                await asyncio.to_thread(self._set_up)
+            if self._sandbox.warm > 0:
+                source = await self._pools.get()
+                # the fork server starts with its first fork. A pool of launched sandboxes fills from
+                # its first call, as before: their asyncio pipes, still connecting when a short-lived
+                # loop ends (`asyncio.run` cancels every task), would hang that end on Python 3.11
+                if isinstance(source, ForkServer):
+                    source.refill()
+        except Exception:  # nothing is lost: the first call does what failed here again, and reports it
+            return
 
     def _set_up(self) -> None:
         """Once per ToolBox, in a worker thread (a second caller waits for the first): remove what

@@ -221,3 +221,32 @@ def test_toolbox_retrieval_reuses_one_connection_and_close_ends_it():
     assert [b["queries"] for b in service.bodies] == [["a"], ["b"], ["c"], ["d"]]
     assert len(set(peers[:3])) == 1, peers  # keep-alive: one client socket for the first three calls
     assert peers[3] != peers[0]
+
+
+def test_a_failed_warm_up_is_silent_and_the_first_call_sets_up_again(box, monkeypatch):
+    """`warm_up` runs in the background: a failure there is kept inside it (no task error left to
+    log), and the first python call runs the one-time set-up again."""
+    from graphrl.tools import registry
+
+    sweeps = []
+    real = registry.sweep_leftovers
+
+    def sweep():
+        sweeps.append(1)
+        if len(sweeps) == 1:
+            raise OSError("the sweep failed")
+        return real()
+
+    monkeypatch.setattr(registry, "sweep_leftovers", sweep)
+
+    async def go():
+        try:
+            box.warm_up({"python"})
+            await asyncio.gather(*box._preparing)  # raised the sweep's error before
+            return await box.call("python", {"code": "print(2)"}, timeout=10, max_chars=None)
+        finally:
+            await box.close()
+
+    res = asyncio.run(go())
+    assert res.ok and res.text == "2\n", res.text
+    assert len(sweeps) == 2
