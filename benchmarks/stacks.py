@@ -44,7 +44,8 @@ from types import FrameType
 from typing import Any
 
 TRANSPORT = ("/aiohttp/", "/asyncio/", "/selectors.py", "/yarl/", "/multidict/", "/socket.py", "/ssl.py")
-GENERATED = ("<string>: graphrl.", "<string>: benchmarks.baselines.")  # a dataclass __init__ of theirs
+# a dataclass __init__ of theirs; graph expressions compiled to Python (graphrl.runtime.fastexpr)
+GENERATED = ("<string>: graphrl.", "<string>: benchmarks.baselines.", "<graphrl expression>")
 LIBRARIES = ("/site-packages/", "/lib/python3")  # after the categories above: the rest of site-packages and stdlib
 CATEGORIES = (
     "tokenisation",

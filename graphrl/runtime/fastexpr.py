@@ -161,7 +161,7 @@ class _Compiler:
                 head.append(f"{local} = ctx.get({key}, _M)")
                 head.append(f"if {local} is _M: {local} = {undefined}()")
         text = "def _fn(ctx):\n" + "".join(f"    {line}\n" for line in head + body)
-        exec(compile(text, f"<graph expression {source[:60]!r}>", "exec"), self.ns)
+        exec(compile(text, "<graphrl expression>", "exec"), self.ns)  # a fixed name: profilers class it
         fn = self.ns["_fn"]
         fn.__graphrl_source__ = text  # what was generated, for reading and for the tests
         return fn
