@@ -103,7 +103,10 @@ class Executor:
         self._children: dict[str, Executor] = {}  # sub-graph executors, by graph node id
         self._static: dict[str, str | None] = {}  # node id -> its handler's fixed next node, or None (_static_next)
         self.handlers = HANDLERS  # what a fork runs its branches with
-        self._tools_used = _tools_of(plan)  # what `run` asks the tool runner to warm up
+        # the tool runner's optional `warm_up` (ToolRunner), called as each rollout starts with the
+        # tools this graph calls: e.g. the python tool's sandboxes start while the first LLM call is out
+        self._tools_used = _tools_of(plan)
+        self._warm_up = getattr(tools, "warm_up", None) if self._tools_used else None
 
     # ------------------------------------------------------------------ public
     async def close(self) -> None:
@@ -113,9 +116,8 @@ class Executor:
             await close()
 
     async def run(self, inp: RolloutInput, *, abort: AbortSignal | None = None) -> RolloutResult:
-        warm_up = getattr(self.tools, "warm_up", None)  # optional in the ToolRunner protocol
-        if warm_up is not None and self._tools_used:
-            warm_up(self._tools_used)  # e.g. the python tool's sandboxes start while the first LLM call is out
+        if self._warm_up is not None:
+            self._warm_up(self._tools_used)
         t0 = self.clock()
         r = RolloutState(inp=inp, ns={}, state={}, t0=t0)
         try:

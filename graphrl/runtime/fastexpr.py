@@ -43,6 +43,7 @@ from collections.abc import Callable
 from typing import Any
 
 from jinja2 import nodes
+from jinja2.compiler import operators as _COMPARE  # Jinja's own table: 'eq' -> '==', ...
 from jinja2.exceptions import TemplateSyntaxError
 from jinja2.optimizer import Optimizer
 from jinja2.parser import Parser
@@ -50,16 +51,6 @@ from jinja2.utils import _PassArg
 
 Fn = Callable[[dict], Any]
 
-_BINARY = {
-    nodes.Add: "+",
-    nodes.Sub: "-",
-    nodes.Mul: "*",
-    nodes.Div: "/",
-    nodes.FloorDiv: "//",
-    nodes.Mod: "%",
-    nodes.Pow: "**",
-}
-_COMPARE = {"eq": "==", "ne": "!=", "gt": ">", "gteq": ">=", "lt": "<", "lteq": "<=", "in": "in", "notin": "not in"}
 _BUILTIN_METHODS = (types.BuiltinMethodType, types.MethodWrapperType)
 
 
@@ -80,7 +71,7 @@ def compile_expression(env: Any, source: str) -> Fn | None:
             return None
         c = _Compiler(env)
         value = c.expr(c.fold(expr))
-        return c.function(source, [f"return {value}"])
+        return c.function([f"return {value}"])
     except Exception:  # outside the subset, or an error while folding: Jinja's code gives the error
         return None
 
@@ -97,18 +88,18 @@ def compile_text(env: Any, source: str) -> Fn | None:
         if len(body) == 1 and type(body[0]) is nodes.Output:
             parts = c.output_parts(body[0])
             if len(parts) == 1:
-                return c.function(source, [f"return {parts[0]}"])
+                return c.function([f"return {parts[0]}"])
             # a list display: each part evaluated and made a string before the next, as Jinja yields them
-            return c.function(source, [f"return ''.join([{', '.join(parts)}])"])
+            return c.function([f"return ''.join([{', '.join(parts)}])"])
         lines = ["_out = []", "_w = _out.append", *c.block(body, 0), "return ''.join(_out)"]
-        return c.function(source, lines)
+        return c.function(lines)
     except Exception:  # as in compile_expression
         return None
 
 
 class _Compiler:
     """Jinja AST -> the source of one Python function `ctx -> value`. The source holds only names it
-    made up (`n0`, `k3`, ...) and operators: every constant, attribute name, filter and helper is a
+    made up (`n0`, `_k3`, ...) and operators: every constant, attribute name, filter and helper is a
     value in the function's globals, so nothing from the template becomes code."""
 
     def __init__(self, env: Any):
@@ -123,13 +114,12 @@ class _Compiler:
             "_call": _call,
             "_callable": _checked(env.is_safe_callable),
         }
-        self.bound: dict[int, str] = {}  # id(value) -> its name in ns (constants, filters, tests)
+        self.bound: dict[Any, str] = {}  # (type, value) or id(value) -> its name in ns (`bind`)
         self.names: dict[str, str] = {}  # a rollout name -> the local holding its value
         self.loop: dict[str, str] = {}  # inside a for body: its targets' locals (and `loop`: the counter)
         self.temps = 0  # walrus temporaries made (`_v0`, ...)
         # the mapping types whose `.name` is their item unless the type has such an attribute
         self.item_attrs: dict[type, frozenset[str]] = getattr(env, "_item_attrs", {})
-        self.item_types: dict[tuple[type, ...], tuple[type, ...]] = {}  # one bound tuple per set of types
 
     def fold(self, node: nodes.Node) -> nodes.Node:
         """Jinja's own constant folding (its code generator runs the optimizer on every expression):
@@ -140,14 +130,17 @@ class _Compiler:
         return Optimizer(self.env).visit(node, self.eval_ctx)
 
     def bind(self, value: Any, prefix: str = "k") -> str:
-        """A name in the function's globals for `value` (one per object)."""
-        name = self.bound.get(id(value))
+        """A name in the function's globals for `value`: one per string or tuple of types (a name, an
+        attribute name, `_Getattr`'s mapping types), one per object otherwise (not by equality: 0.0
+        and -0.0 are equal constants that render differently)."""
+        key: Any = (type(value), value) if type(value) in (str, tuple) else id(value)
+        name = self.bound.get(key)
         if name is None:
-            name = self.bound[id(value)] = f"_{prefix}{len(self.ns)}"
+            name = self.bound[key] = f"_{prefix}{len(self.ns)}"
             self.ns[name] = value
         return name
 
-    def function(self, source: str, body: list[str]) -> Fn:
+    def function(self, body: list[str]) -> Fn:
         """The function: the names it reads looked up once on entry (ctx first, then the environment's
         globals, else an undefined value: pure lookups, as Jinja's own generated code resolves a
         template's names first), then `body`."""
@@ -308,7 +301,7 @@ class _Compiler:
         # the sandbox's getattr on a plain mapping type without such an attribute, inline: its item
         v = f"_v{self.temps}"
         self.temps += 1
-        types_ = self.bind(self.item_types.setdefault(tuple(item_types), tuple(item_types)))
+        types_ = self.bind(tuple(item_types))
         return f"({v}[{attr}] if type({v} := {obj}) in {types_} and {attr} in {v} else _getattr({v}, {attr}))"
 
     def _Getitem(self, node: nodes.Getitem) -> str:
@@ -343,7 +336,7 @@ class _Compiler:
     def _binary(self, node: nodes.BinExpr) -> str:
         if node.operator in self.env.intercepted_binops:
             raise _Unsupported("intercepted")
-        return f"({self.expr(node.left)} {_BINARY[type(node)]} {self.expr(node.right)})"
+        return f"({self.expr(node.left)} {node.operator} {self.expr(node.right)})"
 
     _Add = _Sub = _Mul = _Div = _FloorDiv = _Mod = _Pow = _binary
 
