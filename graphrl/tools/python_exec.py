@@ -35,6 +35,7 @@ from typing import Protocol
 
 from ..runtime.services import ToolResult
 from . import sandbox_shell
+from .piped_process import PipedProcess, spawn
 from .sandbox_host import (
     MEMORY_BYTES,
     Recycler,
@@ -78,7 +79,7 @@ class Launched:
     """A sandboxed interpreter started by `launch`: its process, work directory, cgroups and the
     read end of the launcher's report pipe. `dispose` stops and removes all of it."""
 
-    proc: asyncio.subprocess.Process
+    proc: PipedProcess  # a `piped_process.SpawnedProcess`, or a fork server's `ForkedProcess`
     workdir: str
     cgroups: list[dict[str, str]]
     report_r: int
@@ -103,6 +104,7 @@ async def launch(code: str, *, cpu_s: int, policy: SandboxPolicy, isolate: bool 
     workdir = make_workdir()
     cgroups = make_cgroups(policy) if isolate else []
     report_r, report_w = os.pipe()
+    proc: PipedProcess | None = None
     try:
         Path(workdir, "main.py").write_text(code, encoding="utf-8")
         python = strict_python() if policy.strict and isolate else sys.executable
@@ -118,17 +120,21 @@ async def launch(code: str, *, cpu_s: int, policy: SandboxPolicy, isolate: bool 
                 shell = sandbox_shell.prepare(cfg, sh)
         if shell is not None:  # sh, waiting for "go" -> bwrap: the shell's stderr is the report pipe
             try:
-                proc = await _spawn(shell.argv, workdir, cgroups, stderr=report_w, pass_fds=shell.pass_fds)
+                proc = spawn(shell.argv, workdir, dict(_ENV), stderr=report_w, pass_fds=shell.pass_fds)
             finally:
                 for fd in shell.pass_fds:
                     os.close(fd)
-            await _off_loop(lambda: sandbox_shell.start(shell, proc.pid, cfg), proc, cgroups)  # then it may go on
-            assert proc.stdin is not None
-            proc.stdin.write(sandbox_shell.GO)
+            started = proc
+            await _off_loop(lambda: sandbox_shell.start(shell, started.pid, cfg), started, cgroups)  # then it may go on
+            proc.send_now(sandbox_shell.GO)
             return Launched(proc, workdir, cgroups, report_r, policy, shell=(shell.report, cfg))
         argv = [sys.executable, "-I", "-S", "-c", _RUN_LAUNCHER, marshal.dumps(cfg).hex()]
-        proc = await _spawn(argv, workdir, cgroups, stderr=asyncio.subprocess.STDOUT, pass_fds=(report_w,))
+        proc = spawn(argv, workdir, dict(_ENV), stderr=None, pass_fds=(report_w,))
     except BaseException:
+        if proc is not None:
+            if proc.returncode is None:
+                await _stop(proc, cgroups)
+            proc.close()
         os.close(report_r)
         shutil.rmtree(workdir, ignore_errors=True)
         for group in cgroups:
@@ -161,40 +167,7 @@ def call_config(
     }
 
 
-async def _spawn(
-    argv: list[str], workdir: str, cgroups: list[dict[str, str]], *, stderr: int, pass_fds: tuple[int, ...]
-) -> asyncio.subprocess.Process:
-    """Start the launcher (stdin and stdout pipes, its own session), never cancelled half-way: a
-    cancellation waits for the spawn to finish, stops the process group and everything in the call's
-    cgroups, then goes on. (Cancelled inside asyncio's spawn, a bwrap killed while setting up left its
-    inner process running with the pipes open, and on Python 3.11 asyncio's clean-up waited for them
-    forever: `test_a_start_cancelled_at_any_moment_ends_at_once_and_leaves_nothing`.)"""
-    spawn = asyncio.ensure_future(
-        asyncio.create_subprocess_exec(
-            *argv,
-            cwd=workdir,
-            env=dict(_ENV),
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=stderr,
-            start_new_session=True,
-            pass_fds=pass_fds,
-        )
-    )
-    try:
-        return await asyncio.shield(spawn)
-    except asyncio.CancelledError:
-        try:
-            proc = await spawn
-        except Exception:
-            raise asyncio.CancelledError from None  # nothing was started
-        await _stop(proc, None, cgroups)
-        raise
-
-
-async def _off_loop(
-    work: Callable[[], object], proc: asyncio.subprocess.Process, cgroups: list[dict[str, str]]
-) -> None:
+async def _off_loop(work: Callable[[], object], proc: PipedProcess, cgroups: list[dict[str, str]]) -> None:
     """Run `work` (the waiting shell's cgroups, priority and limits) in a thread: moving a process into
     a cgroup waits for the kernel (an RCU grace period, 5-20 ms on the development VM), which on the
     event loop stalled every rollout. Never cancelled half-way: a cancellation waits for it, then
@@ -205,22 +178,20 @@ async def _off_loop(
     except asyncio.CancelledError:
         with contextlib.suppress(Exception):
             await task
-        await _stop(proc, None, cgroups)
+        await _stop(proc, cgroups)
         raise
 
 
-async def dispose(run: Launched, finished: asyncio.Task | None = None) -> None:
+async def dispose(run: Launched) -> None:
     """Stop the process group if it still runs, then remove the work directory and cgroups."""
     try:
         if run.proc.returncode is None:
-            await _stop(run.proc, finished, run.cgroups)
+            await _stop(run.proc, run.cgroups)
     finally:
         if run.report_r >= 0:
             os.close(run.report_r)
             run.report_r = -1
-        close = getattr(run.proc, "close", None)  # a fork's own pipe ends, also of one never used
-        if close is not None:
-            close()
+        run.proc.close()  # our pipe ends, also of a program never used
         kept_dir, kept_groups = run.recycle.give_back(run.workdir, run.cgroups) if run.recycle else (False, False)
         if not kept_dir:
             shutil.rmtree(run.workdir, ignore_errors=True)
@@ -303,35 +274,14 @@ async def run_python(
         run, head = taken
         feed = head + feed
     proc = run.proc
-    finished = None
     try:
-        exchange = getattr(proc, "exchange", None)  # a fork server's call: its I/O on the raw pipes
-        if exchange is not None:
-            out, why = await exchange(feed, OUTPUT_CAP, timeout)
-            if why is not None:
-                await _stop(proc, None, run.cgroups)
-                return _cut_short(out, why, timeout, run)
-            return _ended(out, proc.returncode, run)
-        feeder = asyncio.create_task(_feed(proc, feed))
-        buf, overflowed = bytearray(), asyncio.Event()
-        assert proc.stdout is not None and proc.stdin is not None  # both are pipes
-        reader = asyncio.create_task(_drain(proc.stdout, buf, OUTPUT_CAP, overflowed))
-        finished = asyncio.create_task(_exit(proc, reader))
-        watch = asyncio.create_task(overflowed.wait())
-        try:
-            await asyncio.wait({finished, watch}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            feeder.cancel()
-            watch.cancel()
-        if not finished.done():
-            await _stop(proc, finished, run.cgroups)
-            if not overflowed.is_set():
-                return _cut_short(bytes(buf), "timeout", timeout, run)
-        if overflowed.is_set():
-            return _cut_short(bytes(buf), "output limit", timeout, run)
-        return _ended(bytes(buf), proc.returncode, run)
+        out, why = await proc.exchange(feed, OUTPUT_CAP, timeout)
+        if why is not None:
+            await _stop(proc, run.cgroups)
+            return _cut_short(out, why, timeout, run)
+        return _ended(out, proc.returncode, run)
     finally:
-        await dispose(run, finished)  # also when cancelled, or a bug above
+        await dispose(run)  # also when cancelled, or a bug above
         if warm is not None and isolate:
             warm.refill()  # replacements start once this call is done, not while it runs
 
@@ -364,37 +314,10 @@ def _result(out: bytes, note: str, error: str | None, rc: int | None, run: Launc
     return ToolResult(text, ok=error is None, error=error, data=data)
 
 
-async def _feed(proc: asyncio.subprocess.Process, data: bytes) -> None:
-    assert proc.stdin is not None
-    try:
-        if data:
-            proc.stdin.write(data)
-            await proc.stdin.drain()
-        proc.stdin.close()
-    except (BrokenPipeError, ConnectionResetError):
-        pass
-
-
-async def _drain(stream: asyncio.StreamReader, buf: bytearray, cap: int, overflowed: asyncio.Event) -> None:
-    """Read to EOF, keeping the first `cap` bytes in `buf`; set `overflowed` when there is more."""
-    total = 0
-    while chunk := await stream.read(1 << 16):
-        total += len(chunk)
-        if len(buf) < cap:
-            buf += chunk[: cap - len(buf)]
-        if total > cap:
-            overflowed.set()
-
-
-async def _exit(proc: asyncio.subprocess.Process, reader: asyncio.Task) -> None:
-    await reader  # EOF: the program and everything it started closed their output
-    await proc.wait()
-
-
-async def _stop(proc: asyncio.subprocess.Process, finished: asyncio.Task | None, cgroups: list[dict[str, str]]) -> None:
+async def _stop(proc: PipedProcess, cgroups: list[dict[str, str]]) -> None:
     """Kill the process group and everything in the call's cgroups (what left the group: bwrap's inner
-    process, code that escaped it) and wait for the exit; if something still holds the output pipe
-    after 2 s (a process that escaped both, possible without a pid namespace and cgroups), stop reading it."""
+    process, code that escaped it) and wait for the exit; a process still there after 2 s (a kill
+    that did not take) is closed, and so counts as finished."""
     stop = getattr(proc, "kill_sandbox", None)  # a fork server's call: killed through its pidfd
     if stop is not None:
         stop()
@@ -403,11 +326,9 @@ async def _stop(proc: asyncio.subprocess.Process, finished: asyncio.Task | None,
     for group in cgroups:
         kill_members(group["path"])
     try:
-        await asyncio.wait_for(asyncio.shield(finished) if finished else proc.wait(), 2.0)
+        await asyncio.wait_for(proc.wait(), 2.0)
     except asyncio.TimeoutError:
-        transport = getattr(proc, "_transport", None)
-        if transport is not None:
-            transport.close()  # closes the pipes, so asyncio counts the process as finished
+        proc.close()
         await proc.wait()
 
 

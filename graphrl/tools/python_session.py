@@ -116,18 +116,17 @@ class PythonSession:
     async def _start(self) -> tuple[Launched, bytes]:
         """A new interpreter: a warm sandbox and the bytes that start `DRIVER` in it, or one started cold
         (already running `DRIVER`: no bytes)."""
+        taken = None
         if self._warm is not None:
             taken = await take_warm(self._warm, self._policy, _DRIVER_RAW, SESSION_CPU_S)
-            if taken is not None:
-                connect = getattr(taken[0].proc, "connect", None)  # a fork: streams for the cells
-                if connect is not None:
-                    try:
-                        await connect()
-                    except BaseException:
-                        await dispose(taken[0])
-                        raise
-                return taken
-        return await launch(DRIVER, cpu_s=SESSION_CPU_S, policy=self._policy), b""
+        if taken is None:
+            taken = await launch(DRIVER, cpu_s=SESSION_CPU_S, policy=self._policy), b""
+        try:
+            await taken[0].proc.connect()  # streams for the cells
+        except BaseException:
+            await dispose(taken[0])
+            raise
+        return taken
 
     async def _exchange(self, run: Launched, code: str, starter: bytes) -> tuple[int, bytes, bool]:
         assert run.proc.stdin is not None and run.proc.stdout is not None

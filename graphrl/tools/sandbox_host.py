@@ -163,7 +163,7 @@ def bubblewrap_args(workdir: str, env: dict[str, str], policy: SandboxPolicy, py
     """bwrap's argument list for one call (the launcher adds `--seccomp FD` and the script's fd), and
     the report entries those arguments guarantee."""
     # No --new-session: graphrl starts every sandbox in a session of its own (setsid, no controlling
-    # terminal, `python_exec._spawn`), which is what bwrap's flag is for; a second session would be a
+    # terminal, `piped_process.spawn`), which is what bwrap's flag is for; a second session would be a
     # second scheduling autogroup, at the default weight (`_sandbox_launcher.lower_priority`).
     args = ["--unshare-all", "--die-with-parent", "--cap-drop", "ALL", "--clearenv"]
     for key, value in env.items():

@@ -113,6 +113,7 @@ class SandboxPool:
         for run in ready:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(run.proc.pid, signal.SIGKILL)
+            run.proc.close()  # our pipe ends (the loop is closed: nothing to unregister)
             if run.report_r >= 0:
                 os.close(run.report_r)
                 run.report_r = -1

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
+import pytest
+
 from graphrl.tools.python_exec import run_python
+from graphrl.tools.sandbox_host import bubblewrap_works
 
 
 def py(code, **kw):
@@ -113,3 +118,45 @@ def test_the_event_loop_keeps_running_while_code_runs():
 
     res, ticks = asyncio.run(main())
     assert res.ok and ticks >= 5
+
+
+@pytest.mark.parametrize("backend", ["launcher", "bubblewrap"])
+def test_a_loop_that_ends_during_a_cold_call_ends_and_leaves_no_process(tmp_path, backend):
+    """`asyncio.run` ends by cancelling every task, a python call still starting its sandbox included.
+    Started through asyncio's subprocess transport, a start cancelled before the transport had set
+    itself up never finished closing on Python 3.11, and `asyncio.run` never returned. Sandboxes are
+    started by `subprocess.Popen` now (`piped_process.spawn`). Many short loops, each ending at another
+    moment of a cold call (its set-up, the start, the program's run), in a child process given 120 s,
+    which then counts its own child processes, zombies included: none may be left or unreaped."""
+    if backend == "bubblewrap" and not bubblewrap_works():
+        pytest.skip("bubblewrap does not work here")
+    script = tmp_path / "loops.py"
+    script.write_text(
+        "import asyncio, os, sys\n"
+        "from pathlib import Path\n"
+        "from graphrl.tools.python_exec import run_python\n"
+        "from graphrl.tools.sandbox_host import SandboxPolicy\n"
+        f"policy = SandboxPolicy(backend={backend!r}, warm=0)\n"
+        "ended = 0\n"
+        "async def main(delay):\n"
+        "    global ended\n"
+        "    call = asyncio.ensure_future(run_python('print(1)', policy=policy))\n"
+        "    await asyncio.sleep(delay)\n"
+        "    ended += call.done()\n"
+        "def children():\n"
+        "    found = 0\n"
+        "    for entry in Path('/proc').iterdir():\n"
+        "        try:\n"
+        "            found += entry.name.isdigit() and int((entry / 'stat').read_text().rsplit(')', 1)[1].split()[1]) == os.getpid()\n"
+        "        except (OSError, IndexError, ValueError):\n"
+        "            pass\n"
+        "    return found\n"
+        "for i in range(120):\n"
+        "    asyncio.run(main((i % 40) * 0.001))\n"
+        "print('calls done before their loop ended:', ended > 0, file=sys.stderr)\n"
+        "print('ended with children:', children(), flush=True)\n"
+    )
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    done = subprocess.run([sys.executable, str(script)], cwd=repo, env=env, capture_output=True, timeout=120)
+    assert done.returncode == 0 and done.stdout == b"ended with children: 0\n", (done.stdout, done.stderr[-2000:])

@@ -236,8 +236,10 @@ def test_a_start_cancelled_at_any_moment_ends_at_once_and_leaves_nothing(backend
     """Found by the full test suite: `pool.close()` cancels sandboxes still starting. Cancelled inside
     asyncio's spawn, a sandbox whose bwrap was killed while setting up left its inner process running
     (holding the pipes), and on Python 3.11 asyncio then waited for those pipes forever
-    (benchmarks.sandbox hung). Every moment of the start is cancelled here, twice; each must end within
-    seconds, with no process, work directory or cgroup left."""
+    (benchmarks.sandbox hung); sandboxes are now started by `subprocess.Popen`
+    (`piped_process.spawn`), which has no moment to cancel, and what remains is the set-up around it
+    (bubblewrap's shell joins its cgroups in a thread). Every moment of the start is cancelled here,
+    twice; each must end within seconds, with no process, work directory or cgroup left."""
     from graphrl.tools import python_exec, sandbox_waiter
 
     policy = SandboxPolicy(backend=backend)
@@ -253,17 +255,6 @@ def test_a_start_cancelled_at_any_moment_ends_at_once_and_leaves_nothing(backend
         return made_groups
 
     monkeypatch.setattr(python_exec, "make_cgroups", record_cgroups)
-    # a busy event loop, as under load: asyncio connects the child's pipes a few milliseconds late, so
-    # cancellations land while the sandbox is being set up
-    from asyncio import base_subprocess
-
-    connect = base_subprocess.BaseSubprocessTransport._connect_pipes
-
-    async def late_connect(self, waiter):
-        await asyncio.sleep(0.004)
-        return await connect(self, waiter)
-
-    monkeypatch.setattr(base_subprocess.BaseSubprocessTransport, "_connect_pipes", late_connect)
 
     async def go():
         for i in range(60):
