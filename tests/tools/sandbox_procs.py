@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -27,3 +29,26 @@ def no_leftovers(*workdirs: str, within: float = 5.0) -> bool:
     while any(leftovers(w) for w in workdirs) and time.monotonic() < deadline:
         time.sleep(0.05)
     return not any(leftovers(w) for w in workdirs)
+
+
+_COUNT_CHILDREN = (
+    "def _children():  # this process's child processes, zombies included: not ended, or not reaped\n"
+    "    import os\n"
+    "    from pathlib import Path\n"
+    "    found = 0\n"
+    "    for entry in Path('/proc').iterdir():\n"
+    "        try:\n"
+    "            found += entry.name.isdigit() and int((entry / 'stat').read_text().rsplit(')', 1)[1].split()[1]) == os.getpid()\n"
+    "        except (OSError, IndexError, ValueError):\n"
+    "            pass\n"
+    "    return found\n"
+)
+
+
+def run_loops(script: Path, body: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run `body` as a script in a child interpreter (this checkout on its path, at most `timeout` s);
+    the script's last line prints "ended with children: N", N its own child processes left."""
+    script.write_text(body + _COUNT_CHILDREN + "print('ended with children:', _children(), flush=True)\n")
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    return subprocess.run([sys.executable, str(script)], cwd=repo, env=env, capture_output=True, timeout=timeout)

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
+from sandbox_procs import run_loops
 
 from graphrl.tools.python_exec import run_python
 from graphrl.tools.sandbox_host import bubblewrap_works
@@ -130,33 +129,16 @@ def test_a_loop_that_ends_during_a_cold_call_ends_and_leaves_no_process(tmp_path
     which then counts its own child processes, zombies included: none may be left or unreaped."""
     if backend == "bubblewrap" and not bubblewrap_works():
         pytest.skip("bubblewrap does not work here")
-    script = tmp_path / "loops.py"
-    script.write_text(
-        "import asyncio, os, sys\n"
-        "from pathlib import Path\n"
+    done = run_loops(
+        tmp_path / "loops.py",
+        "import asyncio\n"
         "from graphrl.tools.python_exec import run_python\n"
         "from graphrl.tools.sandbox_host import SandboxPolicy\n"
         f"policy = SandboxPolicy(backend={backend!r}, warm=0)\n"
-        "ended = 0\n"
         "async def main(delay):\n"
-        "    global ended\n"
-        "    call = asyncio.ensure_future(run_python('print(1)', policy=policy))\n"
+        "    asyncio.ensure_future(run_python('print(1)', policy=policy))\n"
         "    await asyncio.sleep(delay)\n"
-        "    ended += call.done()\n"
-        "def children():\n"
-        "    found = 0\n"
-        "    for entry in Path('/proc').iterdir():\n"
-        "        try:\n"
-        "            found += entry.name.isdigit() and int((entry / 'stat').read_text().rsplit(')', 1)[1].split()[1]) == os.getpid()\n"
-        "        except (OSError, IndexError, ValueError):\n"
-        "            pass\n"
-        "    return found\n"
         "for i in range(120):\n"
-        "    asyncio.run(main((i % 40) * 0.001))\n"
-        "print('calls done before their loop ended:', ended > 0, file=sys.stderr)\n"
-        "print('ended with children:', children(), flush=True)\n"
+        "    asyncio.run(main((i % 40) * 0.001))\n",
     )
-    repo = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "PYTHONPATH": str(repo)}
-    done = subprocess.run([sys.executable, str(script)], cwd=repo, env=env, capture_output=True, timeout=120)
     assert done.returncode == 0 and done.stdout == b"ended with children: 0\n", (done.stdout, done.stderr[-2000:])

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from graphrl.tools.sandbox_fork import ForkServer
 from graphrl.tools.sandbox_host import SandboxPolicy, fork_works, resolve_backend
 
 sys.path.insert(0, str(Path(__file__).parent))
-from sandbox_procs import leftovers, no_leftovers
+from sandbox_procs import leftovers, no_leftovers, run_loops
 
 pytestmark = pytest.mark.skipif(
     sys.platform != "linux" or not fork_works(), reason="the fork server needs Linux namespaces"
@@ -301,31 +300,18 @@ def test_a_loop_that_ends_during_warm_up_ends_and_leaves_no_server(tmp_path):
     finished closing on Python 3.11, and `asyncio.run` never returned (seen about once in 40 loops
     with other processes busy). Many short loops, each ending at another moment of the warm-up (the
     set-up, the server's start, its first fork), in a child process given 120 s."""
-    script = tmp_path / "loops.py"
-    script.write_text(
-        "import asyncio, os, sys\n"
-        "from pathlib import Path\n"
+    done = run_loops(
+        tmp_path / "loops.py",
+        "import asyncio\n"
         "from graphrl.tools.registry import ToolBox\n"
         "from graphrl.tools.sandbox_host import SandboxPolicy\n"
         "async def main(box, delay):\n"
         "    box.warm_up({'python'})\n"
         "    await asyncio.sleep(delay)\n"
-        "def children():  # this process's child processes, zombies included: servers not ended or not reaped\n"
-        "    found = 0\n"
-        "    for entry in Path('/proc').iterdir():\n"
-        "        try:\n"
-        "            found += entry.name.isdigit() and int((entry / 'stat').read_text().rsplit(')', 1)[1].split()[1]) == os.getpid()\n"
-        "        except (OSError, IndexError, ValueError):\n"
-        "            pass\n"
-        "    return found\n"
         "for i in range(200):\n"
         "    box = ToolBox(sandbox=SandboxPolicy(warm=1))\n"
-        "    asyncio.run(main(box, (i % 50) * 0.0015))\n"
-        "print('ended with children:', children(), flush=True)\n"
+        "    asyncio.run(main(box, (i % 50) * 0.0015))\n",
     )
-    repo = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "PYTHONPATH": str(repo)}
-    done = subprocess.run([sys.executable, str(script)], cwd=repo, env=env, capture_output=True, timeout=120)
     assert done.returncode == 0 and done.stdout == b"ended with children: 0\n", (done.stdout, done.stderr[-2000:])
 
 
