@@ -178,6 +178,11 @@ class SpawnedProcess(PipedProcess):
         else:
             loop.add_reader(self._pidfd, self._exited)
 
+    def reap(self, timeout: float) -> None:
+        """Without an event loop: wait up to `timeout` s for it to end (after a kill)."""
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._popen.wait(timeout)
+
     def _poll(self, delay: float) -> None:
         self._timer = None
         if self._popen.poll() is not None:

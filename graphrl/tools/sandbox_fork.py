@@ -22,7 +22,6 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -31,6 +30,7 @@ from typing import Any
 from ..runtime.deadline import within
 from ..runtime.services import ToolResult
 from .forked_process import ForkedProcess
+from .piped_process import SpawnedProcess, spawn
 from .python_exec import _ENV, Launched, _remove_cgroup, await_report, call_config, dispose, run_python
 from .sandbox_host import Recycler, SandboxPolicy, make_workdir, resolve_backend, strict_python
 from .sandbox_pool import POOL_CPU_S, SandboxPool
@@ -54,81 +54,33 @@ def zygote_source(ctl_fd: int, parent_pid: int) -> str:
     )
 
 
-class _ServerProcess:
-    """The server interpreter's process, started by `subprocess.Popen` (a system call on the event
-    loop, as asyncio's own subprocess start is) and not through asyncio's subprocess transport: a
-    transport still being set up when `asyncio.run` ends (it cancels every task) never finishes
-    closing on Python 3.11, and `asyncio.run` never returns. `ToolBox.warm_up` starts servers in the
-    background, so a short loop (a test's, a notebook's `asyncio.run` per rollout) can end right then.
-    The server is this process's child: `returncode` reaps it (waitpid, no hang), `wait` polls."""
-
-    def __init__(self, popen: subprocess.Popen):
-        self._popen = popen
-        self.pid = popen.pid
-
-    @property
-    def returncode(self) -> int | None:
-        return self._popen.poll()
-
-    async def wait(self) -> int:
-        delay = 0.001
-        while (code := self._popen.poll()) is None:
-            await asyncio.sleep(delay)
-            delay = min(2 * delay, 0.05)
-        return code
-
-    def reap(self, timeout: float) -> None:
-        """Without an event loop: wait up to `timeout` s for it to end (after a kill)."""
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self._popen.wait(timeout)
-
-
 class _Server:
     """One server interpreter (`_sandbox_zygote`) for one policy."""
 
     def __init__(self, policy: SandboxPolicy):
         self.policy = policy
-        self.proc: _ServerProcess | None = None
+        self.proc: SpawnedProcess | None = None
         self.sock: socket.socket | None = None
         self.home = ""
         self.python = strict_python() if policy.strict else sys.executable
         self._send_lock = asyncio.Lock()
         self.recycler = Recycler(policy)  # each call's work directory and cgroups, used again once left empty
-        self._streams: list[int] = []  # this side's ends of the server's stdin and stdout pipes
 
     async def start(self) -> None:
         self.home = make_workdir()  # named after this process: a killed run's is swept like a call's
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        # its std streams are pipes, as a call's are (this side holds its ends and never reads: the
-        # server writes nothing)
-        in_r, in_w = os.pipe()
-        out_r, out_w = os.pipe()
         try:
             Path(self.home, "main.py").write_text(zygote_source(theirs.fileno(), os.getpid()), encoding="utf-8")
             env = {**_ENV, "HOME": self.home, "TMPDIR": self.home}
-            self.proc = _ServerProcess(
-                subprocess.Popen(  # noqa: ASYNC220 (why: _ServerProcess)
-                    [self.python, "-I", "main.py"],
-                    cwd=self.home,
-                    env=env,
-                    stdin=in_r,
-                    stdout=out_w,
-                    stderr=out_w,
-                    pass_fds=(theirs.fileno(),),
-                    start_new_session=True,
-                )
-            )
+            # its std streams are pipes, as a call's are (this side holds its ends and never reads: the
+            # server writes nothing); `spawn`, not asyncio's subprocess transport (`piped_process`)
+            self.proc = spawn([self.python, "-I", "main.py"], self.home, env, stderr=None, pass_fds=(theirs.fileno(),))
         except BaseException:
             ours.close()
-            os.close(in_w)
-            os.close(out_r)
             shutil.rmtree(self.home, ignore_errors=True)
             raise
         finally:
             theirs.close()
-            os.close(in_r)
-            os.close(out_w)
-        self._streams = [in_w, out_r]
         ours.setblocking(False)
         self.sock = ours
 
@@ -162,7 +114,7 @@ class _Server:
             stdin_r, stdin_w, out_r, out_w, report_r, report_w, status_r, status_w = raw
             theirs = (stdin_r, out_w, report_w, status_w)
             proc = ForkedProcess(status_r, stdin_w, out_r, loop)
-            run = Launched(proc, workdir, cgroups, report_r, self.policy, recycle=self.recycler)  # type: ignore[arg-type]
+            run = Launched(proc, workdir, cgroups, report_r, self.policy, recycle=self.recycler)
             raw = list(theirs)  # the others belong to `proc` and `run` now
             try:
                 cfg = call_config(
@@ -237,7 +189,8 @@ class _Server:
             except asyncio.TimeoutError:
                 self.kill()
                 await self.proc.wait()
-        self._close_streams()
+        if self.proc is not None:
+            self.proc.close()
         shutil.rmtree(self.home, ignore_errors=True)
         await asyncio.to_thread(self.recycler.close)  # a cgroup still being left waits for it, off the loop
 
@@ -245,11 +198,6 @@ class _Server:
         if self.proc is not None and self.proc.returncode is None:  # not reaped: its pid is still its own
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
-
-    def _close_streams(self) -> None:
-        streams, self._streams = self._streams, []
-        for fd in streams:
-            os.close(fd)
 
 
 class ForkServer:
@@ -335,7 +283,7 @@ class ForkServer:
                 server.sock.close()
             if server.proc is not None:
                 server.proc.reap(1.0)
-            server._close_streams()
+                server.proc.close()
             shutil.rmtree(server.home, ignore_errors=True)
             server.recycler.close()
 
