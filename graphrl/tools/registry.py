@@ -79,8 +79,8 @@ class ToolBox:
 
     def warm_up(self, tools: Collection[str]) -> None:
         """Start now, in the background, what the first call of `tools` would otherwise wait for:
-        for `python`, the one-time set-up and then, where `auto` resolves to it, the fork server and
-        its first forks. The executor calls it as each rollout starts; once per event loop, a set
+        for `python`, the one-time set-up and then the warm sandboxes: the fork server and its first
+        forks, or a pool's started sandboxes. The executor calls it as each rollout starts; once per event loop, a set
         lookup after that. Why: the first python call of a process waited 50-300 ms for them (the
         fork server's start), on that rollout's path; now they start while the rollout's first LLM
         call is out."""
@@ -99,12 +99,7 @@ class ToolBox:
             if not self._set_up_done:
                 await asyncio.to_thread(self._set_up)
             if self._sandbox.warm > 0:
-                source = await self._pools.get()
-                # the fork server starts with its first fork. A pool of launched sandboxes fills from
-                # its first call, as before: their asyncio pipes, still connecting when a short-lived
-                # loop ends (`asyncio.run` cancels every task), would hang that end on Python 3.11
-                if isinstance(source, ForkServer):
-                    source.refill()
+                (await self._pools.get()).refill()  # the fork server starts with its first fork
         except Exception:  # nothing is lost: the first call does what failed here again, and reports it
             return
 

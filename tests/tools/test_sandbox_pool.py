@@ -18,7 +18,7 @@ from graphrl.tools.sandbox_host import SandboxPolicy, bubblewrap_works, fork_wor
 from graphrl.tools.sandbox_pool import SandboxPool
 
 sys.path.insert(0, str(Path(__file__).parent))
-from sandbox_procs import leftovers, no_leftovers
+from sandbox_procs import leftovers, no_leftovers, run_loops
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the sandbox is Linux")
 BACKENDS = ["launcher"] + (["bubblewrap"] if sys.platform == "linux" and bubblewrap_works() else [])
@@ -271,3 +271,51 @@ def test_a_start_cancelled_at_any_moment_ends_at_once_and_leaves_nothing(backend
     assert no_leftovers(*made), [pid for w in made for pid in leftovers(w)]
     assert not [w for w in made if os.path.exists(w)]
     assert not [g for g in groups if os.path.exists(g)]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_warm_up_fills_a_pool_of_started_sandboxes_before_the_first_call(backend):
+    """`ToolBox.warm_up` starts a pool's sandboxes (bubblewrap, launcher) as it does the fork server's
+    forks: the first call finds one ready."""
+    from graphrl.tools.registry import ToolBox
+
+    box = ToolBox(sandbox=SandboxPolicy(backend=backend, warm=2))
+
+    async def go():
+        try:
+            box.warm_up({"python"})
+            await asyncio.gather(*box._preparing)
+            pool = await box._pools.get()
+            for _ in range(1000):  # started, each once its launcher has reported
+                if len(pool._ready) == 2:
+                    break
+                await asyncio.sleep(0.01)
+            ready = len(pool._ready)
+            res = await box.call("python", {"code": "print(3)"}, timeout=10, max_chars=None)
+            return ready, res, pool
+        finally:
+            await box.close()
+
+    ready, res, pool = asyncio.run(go())
+    assert isinstance(pool, SandboxPool) and ready == 2
+    assert res.ok and res.text == "3\n" and res.data["sandbox"]["backend"] == backend
+    assert (pool.served, pool.missed) == (1, 0) and pool.closed
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_loop_that_ends_during_a_pools_warm_up_ends_and_leaves_no_process(tmp_path, backend):
+    """As `test_a_loop_that_ends_during_warm_up_ends_and_leaves_no_server` (test_sandbox_fork.py), for a
+    pool of started sandboxes: short loops, each ending at another moment of its sandboxes' start."""
+    done = run_loops(
+        tmp_path / "loops.py",
+        "import asyncio\n"
+        "from graphrl.tools.registry import ToolBox\n"
+        "from graphrl.tools.sandbox_host import SandboxPolicy\n"
+        "async def main(box, delay):\n"
+        "    box.warm_up({'python'})\n"
+        "    await asyncio.sleep(delay)\n"
+        "for i in range(100):\n"
+        f"    box = ToolBox(sandbox=SandboxPolicy(backend={backend!r}, warm=2))\n"
+        "    asyncio.run(main(box, (i % 50) * 0.002))\n",
+    )
+    assert done.returncode == 0 and done.stdout == b"ended with children: 0\n", (done.stdout, done.stderr[-2000:])
