@@ -177,10 +177,7 @@ class Executor:
         }
         inputs: dict[str, Any] = {}
         for name, decl in self.plan.inputs.items():
-            try:
-                value = self.render.expr(("inputs", name, "from"), decl.from_, base)
-            except RenderError:
-                value = None
+            value = self.render.expr_or_none(decl.from_, base)  # a failing lookup: missing, as None
             if value is None:
                 if decl.required and decl.default is None:
                     raise RolloutFault(

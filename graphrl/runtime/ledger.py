@@ -256,6 +256,11 @@ class SampleBuilder:
         return tuple(self._prompt or ())
 
     @property
+    def prompt_length(self) -> int:
+        """len(prompt_ids) without the copy (a thread's prompt runs to thousands of ids)."""
+        return len(self._prompt or ())
+
+    @property
     def response_length(self) -> int:
         return len(self._response)
 

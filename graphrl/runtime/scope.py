@@ -100,6 +100,16 @@ class Renderer:
     def expr(self, path: tuple, text: str, ctx: dict) -> Any:
         return self._run(path, text, "expr", ctx)
 
+    def expr_or_none(self, text: str, ctx: dict) -> Any:
+        """The expression's value, or None where `expr` would raise (an undefined value, an error):
+        an optional data-row field, absent from most rows, without the RenderError built and
+        dropped per rollout (~20 us)."""
+        try:
+            value = self._compiled(text, "expr")(ctx)
+        except Exception:  # what `_run` turns into a RenderError
+            return None
+        return None if isinstance(value, Undefined) else value
+
 
 # `name` or `name.attr.attr`: the most common graph template by far ({{ problem }}, {{ output.text }})
 _PATH = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*(?:\s*\.\s*[A-Za-z_][A-Za-z0-9_]*)*)\s*")

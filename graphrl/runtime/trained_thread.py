@@ -108,7 +108,7 @@ class TrainedThread:
             self.sample.record_call(call)
         text = self.chat.add_output(output_ids, finish_reason)
         if self.sample is not None:
-            have = len(self.sample.prompt_ids) + self.sample.response_length
+            have = self.sample.prompt_length + self.sample.response_length
             if have != len(self.chat):
                 raise LedgerError(f"{node}#{visit}: the sample holds {have} tokens but thread has {len(self.chat)}")
         return text
