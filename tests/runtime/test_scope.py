@@ -275,3 +275,26 @@ def test_dotted_path_fast_path_is_taken_for_paths_only(kit):
     assert scope._path_lookup("d.items", slow, text=False) is None  # a dict method name: Jinja's getattr wins
     for expr in ("a + 1", "a[0]", "a | trim", "true", "a.b()", "'x'"):
         assert scope._path_lookup(expr, slow, text=False) is None
+
+
+@pytest.mark.parametrize(
+    "text, ctx",
+    [
+        ("metadata.context", {"metadata": {"context": "c"}}),
+        ("metadata.context", {"metadata": {}}),  # absent from the row
+        ("metadata.context.deeper", {"metadata": {}}),  # an attribute of an undefined value
+        ("metadata.n | int + 1", {"metadata": {"n": "4"}}),
+        ("metadata.items[3]", {"metadata": {"items": [1]}}),  # an error inside the expression
+        ("1 / metadata.zero", {"metadata": {"zero": 0}}),
+        ("metadata.", {"metadata": {}}),  # not even an expression
+    ],
+)
+def test_expr_or_none_is_expr_with_every_render_error_as_none(render, text, ctx):
+    """What an optional input's `from:` gives (`Executor._init`): `expr`'s value, or None wherever
+    `expr` raises a RenderError."""
+    try:
+        want = render.expr(("inputs", "x", "from"), text, ctx)
+    except RenderError:
+        want = None
+    assert render.expr_or_none(text, ctx) == want
+    assert (want is None) == (text != "metadata.n | int + 1" and ctx != {"metadata": {"context": "c"}})
