@@ -204,6 +204,7 @@ class Executor:
         """Run nodes from the start to end / abort (returned), or None when the rollout stopped early
         (aborted, truncated, out of steps). A sub-graph's run is a walk of its own plan."""
         node_id = self.plan.start
+        passed = 0  # limited nodes passed since the last node ran
         while node_id not in (END, ABORT):
             if r.abort is not None and r.abort.is_set():
                 r.status, r.error, r.aborted_by = "aborted", "aborted by the caller", "caller"
@@ -212,8 +213,13 @@ class Executor:
                 return None
             node = self.plan.nodes[node_id]
             if self._limited(r, node_id, node):
+                passed += 1
+                if passed > len(self.plan.nodes):  # a ring of on_limit edges (the checker's E104)
+                    r.status, r.error = "truncated", f"on_limit edges loop at '{node_id}' without running a node"
+                    return None
                 node_id = node.on_limit or END
                 continue
+            passed = 0
             node_id = await self._step(r, node_id, node, r.abort)
             if r.status in ("aborted", "truncated"):
                 return None

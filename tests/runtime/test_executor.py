@@ -261,6 +261,23 @@ def test_max_visits_without_on_limit_ends(kit):
     assert res.status == "completed" and [n for n, _ in res.path] == ["step"] * 3 and len(eng.requests) == 3
 
 
+def test_a_ring_of_on_limit_edges_truncates_the_rollout_instead_of_spinning(kit):
+    """The checker refuses such a ring (E104); a plan that has one anyway (changed after the check)
+    ends its rollout as truncated, where the walk used to pass from one limited node to the next
+    forever without counting a step."""
+    plan = kit.plan(
+        LOOP.replace("{on_limit}", "on_limit: wrap").replace(
+            "wrap: {update: {}}", "wrap: {update: {}, max_visits: 1, next: step}"
+        )
+    )
+    nodes = dict(plan.nodes)
+    nodes["wrap"] = nodes["wrap"].model_copy(update={"on_limit": "step"})
+    ring = plan.model_copy(update={"nodes": nodes})
+    res = kit.run(kit.executor(ring, {"policy": kit.engine(["a", "b", "c"])}), {})
+    assert res.status == "truncated" and "on_limit edges loop" in res.error, res.error
+    assert [n for n, _ in res.path] == ["step", "step", "step", "wrap"]
+
+
 def test_token_budget_stops_entering_the_node(kit):
     prompt_len = len(kit.r.start([{"role": "user", "content": "spend"}]))
     per_call = prompt_len + len(kit.ids("some tokens here"))

@@ -11,7 +11,7 @@ import networkx as nx
 
 from ...spec.diagnostics import Diagnostic, did_you_mean
 from ...spec.load import Graph
-from ...spec.model import TERMINALS, SwitchNode
+from ...spec.model import END, TERMINALS, SwitchNode
 from ..flow import Flow
 
 RESERVED = frozenset(
@@ -68,22 +68,69 @@ def no_path_to_end(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
 
 
 def unbounded_loops(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
-    if g.spec.limits.max_steps is not None:
-        return
-    unbounded = [n for n in g.nodes if g.nodes[n].max_visits is None]
-    sub = flow.graph.subgraph(unbounded)
-    for comp in sorted(nx.strongly_connected_components(sub), key=lambda c: sorted(c)):
-        first = sorted(comp, key=list(g.nodes).index)[0]
-        if len(comp) == 1 and not sub.has_edge(first, first):
-            continue
-        cycle = [u for u, _ in nx.find_cycle(sub.subgraph(comp), source=first)]
-        path = " -> ".join(cycle + [cycle[0]])
+    """E104. In the long run every node with `max_visits` has used its visits, and a walk that reaches
+    it goes on to its `on_limit` at once. So the loops that can run forever are the cycles of the flow
+    in which such a node keeps only its `on_limit` edge (`spent`): without `limits.max_steps` each is
+    an error. A cycle of `on_limit` edges alone (`limits`: nodes stopped by `max_visits` or
+    `token_budget`, each sending on to the next) is an error even with `max_steps`: it runs no node,
+    so no step is ever counted."""
+    spent, limits = nx.DiGraph(), nx.DiGraph()
+    spent.add_nodes_from(g.nodes)
+    limits.add_nodes_from(g.nodes)
+    for nid, n in g.nodes.items():
+        target = n.on_limit or END
+        if (n.max_visits is not None or n.token_budget is not None) and target in g.nodes:
+            limits.add_edge(nid, target)
+        if n.max_visits is None:
+            spent.add_edges_from((nid, t) for t in flow.graph.successors(nid) if t in g.nodes)
+        elif target in g.nodes:
+            spent.add_edge(nid, target)
+    reported: set[str] = set()
+    for first, cycle in _cycles(g, limits):
+        reported |= set(cycle)
         yield Diagnostic(
             "E104",
-            f"loop {path} has no bound",
-            g.span("nodes", first, key=True),
-            f"add max_visits (and on_limit) to a node of the loop, e.g. '{first}', or set limits.max_steps",
+            f"loop {_path(cycle)} runs no node once its limits are reached: each on_limit leads to the next",
+            g.span("nodes", first, "on_limit"),
+            f"point the on_limit of '{first}' out of the loop (e.g. to end)",
         )
+    if g.spec.limits.max_steps is not None:
+        return
+    for first, cycle in _cycles(g, spent):
+        if set(cycle) <= reported:
+            continue
+        back = next((nid for nid in cycle if g.nodes[nid].max_visits is not None), None)
+        if back is None:
+            yield Diagnostic(
+                "E104",
+                f"loop {_path(cycle)} has no bound",
+                g.span("nodes", first, key=True),
+                f"add max_visits (and on_limit) to a node of the loop, e.g. '{first}', or set limits.max_steps",
+            )
+        else:
+            yield Diagnostic(
+                "E104",
+                f"loop {_path(cycle)} has no bound: once '{back}' has used its max_visits, its on_limit"
+                " leads back into the loop",
+                g.span("nodes", back, "on_limit"),
+                f"point the on_limit of '{back}' out of the loop (e.g. to end), give another node of the"
+                " loop max_visits, or set limits.max_steps",
+            )
+
+
+def _cycles(g: Graph, dg: nx.DiGraph) -> Iterator[tuple[str, list[str]]]:
+    """One cycle per strongly connected component of `dg` that has one: (its first node in file
+    order, the cycle from that node)."""
+    order = list(g.nodes).index
+    for comp in sorted(nx.strongly_connected_components(dg), key=lambda c: sorted(c, key=order)):
+        first = sorted(comp, key=order)[0]
+        if len(comp) == 1 and not dg.has_edge(first, first):
+            continue
+        yield first, [u for u, _ in nx.find_cycle(dg.subgraph(comp), source=first)]
+
+
+def _path(cycle: list[str]) -> str:
+    return " -> ".join(cycle + [cycle[0]])
 
 
 def missing_defaults(g: Graph, flow: Flow) -> Iterator[Diagnostic]:
