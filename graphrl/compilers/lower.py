@@ -115,6 +115,8 @@ def lower(g: Graph, top: Plan | None = None) -> Plan:
     for inc in g.includes:  # the plan's hash covers the included files too (resume compares it)
         name = Path(os.path.relpath(inc, Path(g.file).parent)).as_posix()
         source_text += f"\0{name}\0" + Path(inc).read_text(encoding="utf-8")
+    for name, file in files.items():  # and the template files: an edited prompt is a new plan
+        source_text += f"\0template\0{name}\0{file.sha256}"
     plan = Plan(
         graphrl_version=__version__,
         name=spec.name,

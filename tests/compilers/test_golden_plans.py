@@ -87,7 +87,7 @@ def test_plan_is_self_contained(graph: Path):
     plan = lower(g)
     data = json.loads(plan_json(plan))
     own = hashlib.sha256(graph.read_bytes()).hexdigest()
-    if plan.subgraphs or g.includes:  # the hash also covers the sub-graph and included files
+    if plan.subgraphs or g.includes or g.templates:  # the hash also covers sub-graph, included and template files
         assert data["source"]["file"] == rel and data["source"]["sha256"] != own
     else:
         assert data["source"] == {"file": rel, "sha256": own}
@@ -153,3 +153,26 @@ def test_inline_template_plan_from_another_directory(tmp_path: Path, monkeypatch
     assert plan.templates["prompts/sys.j2"].lines == 1
     assert plan.nodes["a"].prompt[0].system == "You are terse.\n"
     assert plan.spans["nodes.a.prompt.0.system"] == "prompts/sys.j2:1:1"
+
+
+def test_an_edited_template_file_is_a_new_plan(tmp_path):
+    """`graphrl run` resumes an `--out` only for the same plan (`plan_sha256`): a prompt file edited
+    between two runs must change it, as an edited graph, include or sub-graph file does."""
+    (tmp_path / "prompts").mkdir()
+    ask = tmp_path / "prompts" / "ask.j2"
+    ask.write_text("Answer: {{ question }}\n", encoding="utf-8")
+    graph = tmp_path / "g.yaml"
+    graph.write_text(
+        "name: g\ninputs:\n  question: prompt\nnodes:\n  a:\n    llm: policy\n    prompt:\n      - user: prompts/ask.j2\n",
+        encoding="utf-8",
+    )
+
+    def sha() -> str:
+        g, diags = check_file(graph)
+        assert g is not None and not [d for d in diags if d.severity == "error"], diags
+        return lower(g).source["sha256"]
+
+    before = sha()
+    assert sha() == before  # the same files: the same plan
+    ask.write_text("Answer briefly: {{ question }}\n", encoding="utf-8")
+    assert sha() != before
