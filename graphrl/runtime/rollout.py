@@ -72,6 +72,8 @@ class RolloutState:
         """Open the graph's scope (a rollout's, or a sub-graph run's): its constants, the row, visits
         and threads, the input values given, and every state variable at its default."""
         self.ns.update(plan.constants)
+        for nid in plan.nodes:  # `visits.<node>` is 0 for a node that has not run yet, not undefined
+            self.visits.setdefault(nid, 0)
         self.ns.update(row=row, visits=self.visits, threads={})
         self.ns.update(inputs)
         for name, var in plan.state.items():

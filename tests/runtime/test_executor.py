@@ -979,3 +979,31 @@ def test_each_rollout_warms_up_the_tools_its_graph_and_sub_graphs_call(kit):
         {},
     )
     assert bare.warm_ups == []  # no tool nodes: nothing to warm up
+
+
+def test_visits_of_a_node_that_has_not_run_yet_is_zero(kit):
+    """`visits` is "node id -> number of visits so far": `visits.revise + 1` before `revise` ran is 1,
+    not an undefined value that fails the rollout (a graph written from the docs did this)."""
+    res = kit.rollout(
+        """
+        name: t
+        state:
+          seen: {default: [], merge: append}
+        nodes:
+          draft:
+            llm: policy
+            prompt: [user: "draft; revisions so far {{ visits.revise }}"]
+            update: {seen: "{{ visits.revise + 1 }}"}
+            next: revise
+          revise:
+            llm: policy
+            prompt: [user: "revise {{ visits.revise + 1 }}"]
+            max_visits: 2
+            update: {seen: "{{ visits.revise }}"}
+            next: revise
+        """,
+        {"policy": kit.engine(["a", "b", "c"])},
+        {},
+    )
+    assert res.status == "completed", res.error
+    assert res.state["seen"] == [1, 1, 2]
