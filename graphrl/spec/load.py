@@ -44,11 +44,13 @@ class TemplateSource:
     col: int  # column of its first character (1 for files and block scalars)
     inline: bool
     block: bool = False  # a YAML | or > block: every line starts at `col` (its indentation is stripped)
+    flat: bool = False  # a scalar on one line of the file: its line breaks are escapes ("a\nb")
 
     def span(self, template_line: int = 1, needle: str | None = None) -> Span:
-        """The span of a template line; with `needle`, of its first whole-word occurrence there."""
-        line = self.line + max(template_line, 1) - 1
-        col = self.col if template_line <= 1 or self.block else 1
+        """The span of a template line; with `needle`, of its first whole-word occurrence there (in a
+        flat scalar: in the scalar's one line)."""
+        line = self.line if self.flat else self.line + max(template_line, 1) - 1
+        col = self.col if template_line <= 1 or self.block or self.flat else 1
         if needle:
             text = SourceCache().line(self.file, line) or ""
             m = re.search(rf"(?<!\w){re.escape(needle)}(?!\w)", text[col - 1 :])
@@ -371,7 +373,8 @@ def _inline(loc: Located, path: tuple, text: str) -> TemplateSource:
             block=True,
         )
     quoted = 1 if loc.spans.get(path) and _is_quoted(loc, path) else 0
-    return TemplateSource(text, span.file, span.line, span.col + quoted, inline=True)
+    flat = "\n" in text and span.end_col is not None  # the scalar ends on the line it starts on
+    return TemplateSource(text, span.file, span.line, span.col + quoted, inline=True, flat=flat)
 
 
 def _block_indent(file: str, indicator_line: int, n_lines: int) -> int:
