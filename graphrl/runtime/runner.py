@@ -86,8 +86,13 @@ class RunSummary:
             f"training samples {self.samples}",
             f"reward mean {mean:.4f} over {len(self.rewards)} rewarded rollouts",
             "status   " + ", ".join(f"{k} {v}" for k, v in sorted(self.statuses.items())),
-            f"time     wall {self.wall_s:.2f} s; in rollouts {self.rollout_s:.2f} s, of which waiting on "
-            f"engines {self.engine_s:.2f} s, client {max(self.rollout_s - self.engine_s, 0.0):.2f} s",
+            f"time     wall {self.wall_s:.2f} s; summed over rollouts: in rollouts {self.rollout_s:.2f} s, "
+            f"waiting on engines {self.engine_s:.2f} s"
+            + (
+                f", client {self.rollout_s - self.engine_s:.2f} s"
+                if self.engine_s <= self.rollout_s
+                else " (more: a rollout's parallel calls overlap)"
+            ),
             "",
             f"{'node':<20} {'calls':>7} {'generated':>10} {'trained':>10} {'masked':>10}",
         ]

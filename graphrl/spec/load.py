@@ -193,7 +193,11 @@ def _pydantic_diagnostics(
             elif typ in ("literal_error", "enum") and isinstance(err.get("input"), str):
                 options = re.findall(r"'([^']*)'", str((err.get("ctx") or {}).get("expected", "")))
                 hint = did_you_mean(err["input"], options)  # on_overflow: summarise -> 'summarize'
-            out.append(Diagnostic("E003", f"{where}: {msg}", loc_.span(path, key=on_key), hint))
+            span = loc_.span(path, key=on_key)
+            if hint is None and (SourceCache().line(span.file, span.line) or "")[span.col - 1 :].startswith("{{"):
+                # YAML reads an unquoted {{ ... }} as a mapping inside a mapping, not as text
+                hint = "quote a value that starts with '{{': \"{{ ... }}\" (unquoted, YAML reads it as a mapping)"
+            out.append(Diagnostic("E003", f"{where}: {msg}", span, hint))
     return out
 
 
