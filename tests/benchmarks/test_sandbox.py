@@ -88,7 +88,12 @@ def test_a_tiny_run_prints_every_backend_with_both_ratios():
         # the ratio is of the unrounded medians; printed, each median is rounded to 0.1 ms, the ratio to 0.01
         low, high = (med - 0.05) / (bare[0] + 0.05), (med + 0.05) / max(bare[0] - 0.05, 1e-9)
         assert low - 0.005 <= ratio <= high + 0.005, name
-        assert math.isfinite(cpu) and math.isclose(cpu_ratio, cpu / bare[4], rel_tol=0.05, abs_tol=0.011), name
+        # CPU per call is printed to 0.1 ms as well (and can be near 0, even below, on a busy machine: the
+        # idle CPU measured before the runs is subtracted), so the ratio is checked against the interval
+        # the rounded figures allow
+        assert math.isfinite(cpu), name
+        ends = [(c / b) for c in (cpu - 0.05, cpu + 0.05) for b in (bare[4] - 0.05, bare[4] + 0.05) if b > 0]
+        assert min(ends) - 0.005 <= cpu_ratio <= max(ends) + 0.005, (name, cpu, cpu_ratio, bare[4])
     assert any(line.startswith("launcher warm: ") and "served warm" in line for line in lines)
     base_client = clients["bare python -I -c"]
     assert base_client[1] == 1.0 and base_client[0] > 0  # the calling process's own CPU: never nothing
