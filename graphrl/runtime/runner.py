@@ -27,8 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from ..data.jsonl import MAX_LINE_BYTES, iter_jsonl
+from ..plan import Plan
 from .executor import Executor, RolloutInput, RolloutResult
 from .ledger import TrainingSample, assign_credit
+from .outcome import settle
 from .resume import check_resume
 
 
@@ -169,8 +171,16 @@ def completed_groups(path: Path) -> set[int]:
 
 
 def sample_line(
-    res: RolloutResult, s: TrainingSample | None, *, row_index: int, n: int, decode: Callable, base: dict[str, Any]
+    res: RolloutResult,
+    s: TrainingSample | None,
+    *,
+    row_index: int,
+    n: int,
+    decode: Callable,
+    base: dict[str, Any],
+    removed: frozenset[int] = frozenset(),
 ) -> dict[str, Any]:
+    """`removed`: the indexes of the rollout's samples that training keeps out of the loss."""
     rec: dict[str, Any] = dict(base)
     rec.update(
         row_index=row_index,
@@ -188,6 +198,7 @@ def sample_line(
         rec.update(s.to_json())
         rec["response"] = decode(s.response_ids)
         rec["prompt_length"] = s.prompt_length
+        rec["remove"] = s.index in removed
     if s is None or s.index == 0:
         rec["rollout"] = {
             "path": [list(p) for p in res.path],
@@ -254,8 +265,9 @@ async def run_dataset(
         lines = []
         for n, res in enumerate(results):
             summary.add(res, reward_key)
+            removed = _removed(plan, res)
             for s in res.samples or [None]:
-                lines.append(sample_line(res, s, row_index=i, n=n, decode=decode, base=base))
+                lines.append(sample_line(res, s, row_index=i, n=n, decode=decode, base=base, removed=removed))
         for rec in lines:
             rec["group_lines"] = len(lines)
         f.write("".join(json.dumps(rec, ensure_ascii=False) + "\n" for rec in lines))
@@ -271,6 +283,17 @@ async def run_dataset(
         sys.stderr.write("\n")
     summary.wall_s = time.monotonic() - t0
     return summary
+
+
+def _removed(plan: Plan, res: RolloutResult) -> frozenset[int]:
+    """The samples a compile target keeps out of the loss (`outcome.settle`: a rollout that is not ok,
+    the samples before the last under `credit: last`); none where the reward cannot be settled (the
+    summary reports that rollout's error)."""
+    try:
+        outcome = settle(plan, res)
+    except (KeyError, TypeError, ValueError):
+        return frozenset()
+    return frozenset(o.sample.index for o in outcome.samples if o.remove)
 
 
 def _progress(done: int, total: int, t0: float) -> None:

@@ -75,9 +75,10 @@ def resolve_callable(ref: str, search: Iterable[Path] = ()) -> Callable[..., Any
     obj: Any = module
     for part in attr.split("."):
         if not hasattr(obj, part):
-            names = [n for n in dir(module) if not n.startswith("_")]
-
-            return ImportProblem(f"module '{module_name}' has no attribute '{attr}'", did_you_mean(part, names))
+            names = [n for n in dir(obj) if not n.startswith("_") and callable(getattr(obj, n, None))]
+            listed = ", ".join(sorted(names)[:12]) + (", ..." if len(names) > 12 else "")
+            hint = did_you_mean(part, names) or (f"callables in it: {listed}" if names else "it defines no callable")
+            return ImportProblem(f"module '{module_name}' has no attribute '{attr}'", hint)
         obj = getattr(obj, part)
     if not callable(obj):
         return ImportProblem(f"'{ref}' is not callable")

@@ -194,7 +194,11 @@ def _pydantic_diagnostics(
                 options = re.findall(r"'([^']*)'", str((err.get("ctx") or {}).get("expected", "")))
                 hint = did_you_mean(err["input"], options)  # on_overflow: summarise -> 'summarize'
             span = loc_.span(path, key=on_key)
-            if hint is None and (SourceCache().line(span.file, span.line) or "")[span.col - 1 :].startswith("{{"):
+            if (
+                hint is None
+                and span is not None
+                and (SourceCache().line(span.file, span.line) or "")[span.col - 1 :].startswith("{{")
+            ):
                 # YAML reads an unquoted {{ ... }} as a mapping inside a mapping, not as text
                 hint = "quote a value that starts with '{{': \"{{ ... }}\" (unquoted, YAML reads it as a mapping)"
             out.append(Diagnostic("E003", f"{where}: {msg}", span, hint))

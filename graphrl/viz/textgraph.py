@@ -149,7 +149,9 @@ def to_text(d: Diagram) -> str:
         out.append(f"{n.id}  [{n.kind}, {ROLE_TEXT.get(n.role, n.role)}]  " + "; ".join(n.lines))
         for e in d.edges:
             if e.src == n.id:
-                how = f"  ({e.style}: {e.title})" if e.title else ("" if e.style == "next" else f"  ({e.style})")
+                # every way this edge is taken, each named (`next`, `when <expr>`, `case <v>`, `default`,
+                # `on_limit`, `on_error`): one line may stand for several edges to the same node
+                how = "" if e.labels == ("next",) else "  (" + " | ".join(e.labels) + ")"
                 out.append(f"    -> {e.dst}{how}")
     return "\n".join(out) + "\n"
 

@@ -82,6 +82,7 @@ def test_one_line_per_training_sample_with_rollout_info(kit, tmp_path):
         if rec["sample_index"] == 0:
             assert rec["rollout"]["path"] == [["check", 1], ["each", 1], ["each", 2], ["final", 1]]
             assert [c["node"] for c in rec["rollout"]["calls"]] == ["each", "each", "final"]
+        assert rec["remove"] is False  # completed, credit even: every sample trains
     # siblings: same rollout id, indices 0..2, credits sum to the rollout reward
     sib = [r for r in lines if r["rollout_id"] == 0]
     assert sorted(r["sample_index"] for r in sib) == [0, 1, 2]
@@ -154,6 +155,7 @@ def test_one_bad_rollout_does_not_take_down_the_batch(kit, tmp_path):
     assert summary.statuses == Counter(completed=4, failed=2) and len(lines) == 6
     bad = [r for r in lines if r["group"] == 1]
     assert all(r["status"] == "failed" and "RuntimeError: boom" in r["error"] for r in bad)
+    assert all(r["remove"] is (r["group"] == 1) for r in lines)  # a failed rollout's samples stay out of the loss
     assert all(r["rollout_reward"] == 1.0 for r in lines if r["group"] != 1)
 
 
@@ -309,3 +311,15 @@ def test_graphrl_run_killed_mid_run_resumes_without_loss_or_duplicates(kit, sgla
     for rec in lines:
         assert rec["status"] == "completed" and rec["rollout_reward"] == 1.0, rec["error"]
         TrainingSample.from_json(rec)
+
+
+def test_credit_last_marks_the_earlier_samples_removed(kit, tmp_path):
+    """`remove` says which samples training keeps out of the loss, as a compile target does
+    (`outcome.settle`): under `credit: last` every sample but the last of a rollout."""
+    plan = kit.plan(FANOUT.replace("      fn: exact_match", "      credit: last\n      fn: exact_match"))
+    ex = kit.executor(plan, {"policy": kit.engine(lambda p, i: "yes")})
+    out = tmp_path / "traj.jsonl"
+    asyncio.run(run_dataset(ex, [{"prompt": "q0", "label": "yes"}], out, decode=kit.r.decode, progress=False))
+    lines = _lines(out)
+    assert [(r["sample_index"], r["remove"]) for r in lines] == [(0, True), (1, True), (2, False)]
+    assert [r["reward"] for r in lines] == [0.0, 0.0, 1.0]
