@@ -52,3 +52,20 @@ def run_loops(script: Path, body: str, timeout: float = 120) -> subprocess.Compl
     repo = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(repo)}
     return subprocess.run([sys.executable, str(script)], cwd=repo, env=env, capture_output=True, timeout=timeout)
+
+
+def warm_up_loops(script: Path, policy: str, loops: int, step_s: float) -> subprocess.CompletedProcess:
+    """`run_loops` of `loops` short event loops, each starting a new ToolBox(sandbox=`policy`, the
+    SandboxPolicy(...) call as source)'s warm-up and ending after (i % 50) x `step_s` seconds."""
+    return run_loops(
+        script,
+        "import asyncio\n"
+        "from graphrl.tools.registry import ToolBox\n"
+        "from graphrl.tools.sandbox_host import SandboxPolicy\n"
+        "async def main(box, delay):\n"
+        "    box.warm_up({'python'})\n"
+        "    await asyncio.sleep(delay)\n"
+        f"for i in range({loops}):\n"
+        f"    box = ToolBox(sandbox={policy})\n"
+        f"    asyncio.run(main(box, (i % 50) * {step_s!r}))\n",
+    )

@@ -20,7 +20,7 @@ from graphrl.tools.sandbox_fork import ForkServer
 from graphrl.tools.sandbox_host import SandboxPolicy, fork_works, resolve_backend
 
 sys.path.insert(0, str(Path(__file__).parent))
-from sandbox_procs import leftovers, no_leftovers, run_loops
+from sandbox_procs import leftovers, no_leftovers, warm_up_loops
 
 pytestmark = pytest.mark.skipif(
     sys.platform != "linux" or not fork_works(), reason="the fork server needs Linux namespaces"
@@ -300,18 +300,7 @@ def test_a_loop_that_ends_during_warm_up_ends_and_leaves_no_server(tmp_path):
     finished closing on Python 3.11, and `asyncio.run` never returned (seen about once in 40 loops
     with other processes busy). Many short loops, each ending at another moment of the warm-up (the
     set-up, the server's start, its first fork), in a child process given 120 s."""
-    done = run_loops(
-        tmp_path / "loops.py",
-        "import asyncio\n"
-        "from graphrl.tools.registry import ToolBox\n"
-        "from graphrl.tools.sandbox_host import SandboxPolicy\n"
-        "async def main(box, delay):\n"
-        "    box.warm_up({'python'})\n"
-        "    await asyncio.sleep(delay)\n"
-        "for i in range(200):\n"
-        "    box = ToolBox(sandbox=SandboxPolicy(warm=1))\n"
-        "    asyncio.run(main(box, (i % 50) * 0.0015))\n",
-    )
+    done = warm_up_loops(tmp_path / "loops.py", "SandboxPolicy(warm=1)", 200, 0.0015)
     assert done.returncode == 0 and done.stdout == b"ended with children: 0\n", (done.stdout, done.stderr[-2000:])
 
 

@@ -18,7 +18,7 @@ from graphrl.tools.sandbox_host import SandboxPolicy, bubblewrap_works, fork_wor
 from graphrl.tools.sandbox_pool import SandboxPool
 
 sys.path.insert(0, str(Path(__file__).parent))
-from sandbox_procs import leftovers, no_leftovers, run_loops
+from sandbox_procs import leftovers, no_leftovers, warm_up_loops
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the sandbox is Linux")
 BACKENDS = ["launcher"] + (["bubblewrap"] if sys.platform == "linux" and bubblewrap_works() else [])
@@ -306,16 +306,5 @@ def test_warm_up_fills_a_pool_of_started_sandboxes_before_the_first_call(backend
 def test_a_loop_that_ends_during_a_pools_warm_up_ends_and_leaves_no_process(tmp_path, backend):
     """As `test_a_loop_that_ends_during_warm_up_ends_and_leaves_no_server` (test_sandbox_fork.py), for a
     pool of started sandboxes: short loops, each ending at another moment of its sandboxes' start."""
-    done = run_loops(
-        tmp_path / "loops.py",
-        "import asyncio\n"
-        "from graphrl.tools.registry import ToolBox\n"
-        "from graphrl.tools.sandbox_host import SandboxPolicy\n"
-        "async def main(box, delay):\n"
-        "    box.warm_up({'python'})\n"
-        "    await asyncio.sleep(delay)\n"
-        "for i in range(100):\n"
-        f"    box = ToolBox(sandbox=SandboxPolicy(backend={backend!r}, warm=2))\n"
-        "    asyncio.run(main(box, (i % 50) * 0.002))\n",
-    )
+    done = warm_up_loops(tmp_path / "loops.py", f"SandboxPolicy(backend={backend!r}, warm=2)", 100, 0.002)
     assert done.returncode == 0 and done.stdout == b"ended with children: 0\n", (done.stdout, done.stderr[-2000:])
