@@ -30,6 +30,12 @@ def test_the_cpu_meter_sees_a_busy_loop():
     assert 0.25 <= spent < 5.0  # at least the loop's own 0.3 s (ticks of 10 ms), not a wild number
 
 
+def _fits(ratio: float, value: float, base: float) -> bool:
+    """Whether a printed ratio (to 0.01) can be value / base where both were printed rounded to 0.1."""
+    ends = [v / b for v in (value - 0.05, value + 0.05) for b in (base - 0.05, base + 0.05) if b > 0]
+    return min(ends) - 0.005 <= ratio <= max(ends) + 0.005
+
+
 def test_a_tiny_run_prints_every_backend_with_both_ratios():
     from graphrl.tools.sandbox_host import bubblewrap_works, fork_works
 
@@ -85,15 +91,12 @@ def test_a_tiny_run_prints_every_backend_with_both_ratios():
     assert bare[3] == 1.0 and bare[5] == 1.0  # both ratios are against the bare row of the same run
     for name, (med, p90, rate, ratio, cpu, cpu_ratio) in rows.items():
         assert 0 < med <= p90 and rate > 0, name
-        # the ratio is of the unrounded medians; printed, each median is rounded to 0.1 ms, the ratio to 0.01
-        low, high = (med - 0.05) / (bare[0] + 0.05), (med + 0.05) / max(bare[0] - 0.05, 1e-9)
-        assert low - 0.005 <= ratio <= high + 0.005, name
-        # CPU per call is printed to 0.1 ms as well (and can be near 0, even below, on a busy machine: the
-        # idle CPU measured before the runs is subtracted), so the ratio is checked against the interval
-        # the rounded figures allow
+        # each ratio is of unrounded figures; printed, the figures are rounded to 0.1 ms, the ratio to 0.01
+        assert _fits(ratio, med, bare[0]), name
+        # CPU per call can be near 0, even below, on a busy machine (the idle CPU measured before the
+        # runs is subtracted)
         assert math.isfinite(cpu), name
-        ends = [(c / b) for c in (cpu - 0.05, cpu + 0.05) for b in (bare[4] - 0.05, bare[4] + 0.05) if b > 0]
-        assert min(ends) - 0.005 <= cpu_ratio <= max(ends) + 0.005, (name, cpu, cpu_ratio, bare[4])
+        assert _fits(cpu_ratio, cpu, bare[4]), (name, cpu, cpu_ratio, bare[4])
     assert any(line.startswith("launcher warm: ") and "served warm" in line for line in lines)
     base_client = clients["bare python -I -c"]
     assert base_client[1] == 1.0 and base_client[0] > 0  # the calling process's own CPU: never nothing
